@@ -1,0 +1,273 @@
+//! SELinux for nodectl: contexts and MCS levels (pure), the host's SELinux state (read from
+//! selinuxfs through the configured root), and labels on files (libselinux, never following
+//! symlinks).
+
+mod context;
+
+use std::fs;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+pub use context::{Context, ContextError, Level, Range, MAX_CATEGORY};
+
+/// What the kernel says about SELinux, read from selinuxfs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// No selinuxfs: the kernel has no SELinux, or it is disabled.
+    Absent,
+    Permissive,
+    Enforcing,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct HostSelinux {
+    pub mode: Mode,
+    /// The loaded policy has MLS/MCS (`/sys/fs/selinux/mls` is 1).
+    pub mls: bool,
+    /// `SELINUXTYPE` from `/etc/selinux/config`, when present (`targeted`, `default`, ...).
+    pub policy: Option<String>,
+}
+
+impl HostSelinux {
+    /// Reads `<root>/sys/fs/selinux/{enforce,mls}` and `<root>/etc/selinux/config`.
+    pub fn detect(root: &Path) -> io::Result<Self> {
+        let fs_dir = root.join("sys/fs/selinux");
+        let read_flag = |name: &str| -> io::Result<Option<bool>> {
+            match fs::read_to_string(fs_dir.join(name)) {
+                Ok(s) => Ok(Some(s.trim() == "1")),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+                Err(e) => Err(io::Error::new(
+                    e.kind(),
+                    format!("reading {}: {e}", fs_dir.join(name).display()),
+                )),
+            }
+        };
+        let mode = match read_flag("enforce")? {
+            None => Mode::Absent,
+            Some(true) => Mode::Enforcing,
+            Some(false) => Mode::Permissive,
+        };
+        let mls = mode != Mode::Absent && read_flag("mls")?.unwrap_or(false);
+        let policy = fs::read_to_string(root.join("etc/selinux/config"))
+            .ok()
+            .and_then(|c| {
+                c.lines()
+                    .filter_map(|l| l.trim().strip_prefix("SELINUXTYPE="))
+                    .map(|v| v.trim().to_string())
+                    .next_back()
+            });
+        Ok(HostSelinux { mode, mls, policy })
+    }
+
+    pub fn active(&self) -> bool {
+        self.mode != Mode::Absent
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LabelError {
+    #[error("{path}: {op}: {source}")]
+    Io {
+        path: PathBuf,
+        op: &'static str,
+        source: io::Error,
+    },
+    #[error("{path}: {0}", path = .1.display())]
+    Lib(String, PathBuf),
+    #[error("{path}: label {label:?} is not a valid context: {source}")]
+    Invalid {
+        path: PathBuf,
+        label: String,
+        source: ContextError,
+    },
+}
+
+/// Why labels are not being written; shown in `nodectl status`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "reason", rename_all = "kebab-case")]
+pub enum LabelsSkipped {
+    /// The host has no SELinux (selinuxfs not mounted).
+    NoSelinux,
+    /// The agent runs against a scratch root, not `/`: the kernel's policy does not apply there.
+    ScratchRoot { root: PathBuf },
+}
+
+impl std::fmt::Display for LabelsSkipped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LabelsSkipped::NoSelinux => f.write_str("no SELinux on this host (selinuxfs not mounted)"),
+            LabelsSkipped::ScratchRoot { root } => write!(
+                f,
+                "scratch root {}: the kernel's SELinux policy does not apply there",
+                root.display()
+            ),
+        }
+    }
+}
+
+/// Reads and writes labels. Created once per pass; when labels do not apply it only says why.
+pub struct Labeler {
+    skipped: Option<LabelsSkipped>,
+    lookup: Option<selinux::label::Labeler<selinux::label::back_end::File>>,
+}
+
+impl Labeler {
+    pub fn new(root: &Path, host: &HostSelinux) -> Self {
+        let skipped = if !host.active() {
+            Some(LabelsSkipped::NoSelinux)
+        } else if root != Path::new("/") {
+            Some(LabelsSkipped::ScratchRoot {
+                root: root.to_path_buf(),
+            })
+        } else {
+            None
+        };
+        // The file_contexts database answers "what would restorecon set here".
+        let lookup = if skipped.is_none() {
+            selinux::label::Labeler::restorecon_default(true).ok()
+        } else {
+            None
+        };
+        Labeler { skipped, lookup }
+    }
+
+    /// `Some(reason)` when this labeler writes nothing.
+    pub fn skipped(&self) -> Option<&LabelsSkipped> {
+        self.skipped.as_ref()
+    }
+
+    /// The policy's default label for `path` (as `restorecon` would set it), for a file of the
+    /// given `st_mode` file type bits.
+    pub fn default_for(&self, path: &Path, file_mode: u32) -> Option<Context> {
+        let lookup = self.lookup.as_ref()?;
+        let ctx = lookup
+            .look_up_by_path(path, selinux::FileAccessMode::new(file_mode))
+            .ok()?;
+        let s = String::from_utf8_lossy(ctx.as_bytes()).into_owned();
+        s.parse().ok()
+    }
+
+    /// The label of `path` itself (a symlink is not followed). `None` when labels are skipped or
+    /// the file has none.
+    pub fn get(&self, path: &Path) -> Result<Option<Context>, LabelError> {
+        if self.skipped.is_some() {
+            return Ok(None);
+        }
+        let ctx = selinux::SecurityContext::of_path(path, false, true)
+            .map_err(|e| LabelError::Lib(e.to_string(), path.to_path_buf()))?;
+        ctx.map(|c| {
+            let s = String::from_utf8_lossy(c.as_bytes()).into_owned();
+            s.parse().map_err(|source| LabelError::Invalid {
+                path: path.to_path_buf(),
+                label: s,
+                source,
+            })
+        })
+        .transpose()
+    }
+
+    /// Sets `ctx` on an open file (the temp file of an atomic write, before its rename).
+    /// `path` is for error messages only.
+    pub fn set_on_fd(&self, fd: &impl AsRawFd, path: &Path, ctx: &Context) -> Result<(), LabelError> {
+        if self.skipped.is_some() {
+            return Ok(());
+        }
+        let c = std::ffi::CString::new(ctx.to_string()).expect("contexts have no NUL");
+        let sc = selinux::SecurityContext::from_c_str(&c, true);
+        sc.set_for_file(fd)
+            .map_err(|e| LabelError::Lib(format!("setting label {ctx}: {e}"), path.to_path_buf()))
+    }
+
+    /// Sets `ctx` on `path` itself, never following a symlink.
+    pub fn set_on_path(&self, path: &Path, ctx: &Context) -> Result<(), LabelError> {
+        if self.skipped.is_some() {
+            return Ok(());
+        }
+        let c = std::ffi::CString::new(ctx.to_string()).expect("contexts have no NUL");
+        let sc = selinux::SecurityContext::from_c_str(&c, true);
+        sc.set_for_path(path, false, true)
+            .map_err(|e| LabelError::Lib(format!("setting label {ctx}: {e}"), path.to_path_buf()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fake_root(enforce: Option<&str>, mls: &str) -> tempfile_dir::Dir {
+        let d = tempfile_dir::Dir::new();
+        if let Some(e) = enforce {
+            fs::create_dir_all(d.0.join("sys/fs/selinux")).unwrap();
+            fs::write(d.0.join("sys/fs/selinux/enforce"), e).unwrap();
+            fs::write(d.0.join("sys/fs/selinux/mls"), mls).unwrap();
+        }
+        fs::create_dir_all(d.0.join("etc/selinux")).unwrap();
+        fs::write(
+            d.0.join("etc/selinux/config"),
+            "SELINUX=enforcing\nSELINUXTYPE=targeted\n",
+        )
+        .unwrap();
+        d
+    }
+
+    /// A tiny scratch dir so this crate needs no dev-dependency.
+    mod tempfile_dir {
+        pub struct Dir(pub std::path::PathBuf);
+        impl Dir {
+            pub fn new() -> Self {
+                use std::sync::atomic::{AtomicU32, Ordering};
+                static N: AtomicU32 = AtomicU32::new(0);
+                let p = std::env::temp_dir().join(format!(
+                    "nodectl-selinux-test-{}-{}",
+                    std::process::id(),
+                    N.fetch_add(1, Ordering::SeqCst)
+                ));
+                std::fs::create_dir_all(&p).unwrap();
+                Dir(p)
+            }
+        }
+        impl Drop for Dir {
+            fn drop(&mut self) {
+                let _ = std::fs::remove_dir_all(&self.0);
+            }
+        }
+    }
+
+    #[test]
+    fn detects_modes_from_selinuxfs() {
+        let d = fake_root(Some("1\n"), "1\n");
+        let h = HostSelinux::detect(&d.0).unwrap();
+        assert_eq!(h.mode, Mode::Enforcing);
+        assert!(h.mls);
+        assert_eq!(h.policy.as_deref(), Some("targeted"));
+
+        let d = fake_root(Some("0"), "0");
+        let h = HostSelinux::detect(&d.0).unwrap();
+        assert_eq!(h.mode, Mode::Permissive);
+        assert!(!h.mls);
+
+        let d = fake_root(None, "");
+        let h = HostSelinux::detect(&d.0).unwrap();
+        assert_eq!(h.mode, Mode::Absent);
+        assert!(!h.active());
+    }
+
+    #[test]
+    fn labeler_says_why_it_skips() {
+        let d = fake_root(None, "");
+        let h = HostSelinux::detect(&d.0).unwrap();
+        let l = Labeler::new(Path::new("/"), &h);
+        assert_eq!(l.skipped(), Some(&LabelsSkipped::NoSelinux));
+
+        let d = fake_root(Some("1"), "1");
+        let h = HostSelinux::detect(&d.0).unwrap();
+        let l = Labeler::new(&d.0, &h);
+        assert!(matches!(l.skipped(), Some(LabelsSkipped::ScratchRoot { .. })));
+        // Skipped labelers never touch the file.
+        assert_eq!(l.get(&d.0.join("etc/selinux/config")).unwrap(), None);
+    }
+}

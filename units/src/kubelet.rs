@@ -1,0 +1,248 @@
+//! kubelet.service, its image drop-in, and the flannel `.link` file, rendered from a spec.
+//! Pure: the agent decides what to write; this only says what the files contain.
+
+use crate::render::{exec_quote, IniFile, Section};
+
+/// The agent's own drop-ins carry this prefix; `00-` sorts before every operator drop-in, so an
+/// operator's `kubelet.service.d/10-image-override.conf` always wins.
+pub const AGENT_DROPIN_PREFIX: &str = "00-nodectl-";
+pub const KUBELET_UNIT: &str = "kubelet.service";
+pub const IMAGE_DROPIN: &str = "00-nodectl-image.conf";
+pub const FLANNEL_LINK: &str = "50-flannel.link";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Runtime {
+    /// `podman run` as the service's main process (Fedora CoreOS).
+    Podman,
+    /// `docker run -d` + `docker logs -f` (Flatcar): docker run is a client of a daemon, so the
+    /// container is not a child of the unit.
+    Docker,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    Controller,
+    Worker,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KubeletSpec {
+    pub runtime: Runtime,
+    pub role: Role,
+    /// Extra `--node-labels` values (`key=value`), after the role label.
+    pub labels: Vec<String>,
+    /// Extra `--register-with-taints` values (`key=value:Effect`), after the role taint.
+    pub taints: Vec<String>,
+    /// Paths as kubelet sees them.
+    pub bootstrap_kubeconfig: String,
+    pub kubeconfig: String,
+    pub config: String,
+    /// Give volumes SELinux options (`:z`); on hosts without SELinux they are left off.
+    pub selinux: bool,
+}
+
+impl KubeletSpec {
+    fn flags(&self) -> Vec<String> {
+        let mut f = vec![
+            format!("--bootstrap-kubeconfig={}", self.bootstrap_kubeconfig),
+            format!("--config={}", self.config),
+            "--container-runtime-endpoint=unix:///run/containerd/containerd.sock".to_string(),
+            format!("--kubeconfig={}", self.kubeconfig),
+        ];
+        match self.role {
+            Role::Controller => {
+                f.push("--node-labels=node.kubernetes.io/controller=true".into());
+            }
+            Role::Worker => f.push("--node-labels=node.kubernetes.io/node".into()),
+        }
+        f.extend(self.labels.iter().map(|l| format!("--node-labels={l}")));
+        if self.role == Role::Controller {
+            f.push("--register-with-taints=node-role.kubernetes.io/controller=:NoSchedule".into());
+        }
+        f.extend(
+            self.taints
+                .iter()
+                .map(|t| format!("--register-with-taints={t}")),
+        );
+        f.into_iter().map(|w| exec_quote(&w)).collect()
+    }
+
+    fn volumes(&self) -> Vec<String> {
+        // (host, container, options) as Typhoon mounts them; `z` = shared label, s0.
+        let z = |o: &str| -> String {
+            if !self.selinux {
+                return o.split(',').filter(|p| *p != "z").collect::<Vec<_>>().join(",");
+            }
+            o.to_string()
+        };
+        let mut v = vec![
+            ("/etc/cni/net.d", "/etc/cni/net.d", z("ro,z")),
+            ("/etc/kubernetes", "/etc/kubernetes", z("ro,z")),
+            ("/etc/machine-id", "/etc/machine-id", "ro".into()),
+            ("/usr/lib/os-release", "/etc/os-release", "ro".into()),
+            ("/lib/modules", "/lib/modules", "ro".into()),
+            ("/run", "/run", String::new()),
+            ("/sys/fs/cgroup", "/sys/fs/cgroup", String::new()),
+        ];
+        if self.selinux {
+            v.push(("/etc/selinux", "/etc/selinux", String::new()));
+            v.push(("/sys/fs/selinux", "/sys/fs/selinux", String::new()));
+        }
+        v.extend([
+            ("/var/lib/containerd", "/var/lib/containerd", String::new()),
+            ("/var/lib/kubelet", "/var/lib/kubelet", z("rshared,z")),
+            ("/var/log", "/var/log", String::new()),
+            ("/opt/cni/bin", "/opt/cni/bin", z("z")),
+        ]);
+        v.into_iter()
+            .map(|(h, c, o)| {
+                if o.is_empty() {
+                    format!("--volume {h}:{c}")
+                } else {
+                    format!("--volume {h}:{c}:{o}")
+                }
+            })
+            .collect()
+    }
+
+    /// kubelet.service. The image is `${KUBELET_IMAGE}`, set by [`Self::image_dropin`] or by an
+    /// operator's drop-in.
+    pub fn unit(&self) -> String {
+        let unit = Section::new("Unit")
+            .set("Description", "Kubelet (System Container)")
+            .set("Documentation", "https://github.com/nodectl/nodectl")
+            .set("Wants", "rpc-statd.service");
+        let unit = match self.runtime {
+            Runtime::Podman => unit,
+            Runtime::Docker => unit
+                .set("Requires", "docker.service")
+                .set("After", "docker.service"),
+        };
+        let mut run: Vec<String> = Vec::new();
+        let mut service = Section::new("Service");
+        match self.runtime {
+            Runtime::Podman => {
+                run.push("/usr/bin/podman run --name kubelet".into());
+                run.push("--log-driver k8s-file".into());
+                run.extend(["--privileged", "--pid host", "--network host"].map(String::from));
+                run.extend(self.volumes());
+                run.push("${KUBELET_IMAGE}".into());
+                run.extend(self.flags());
+                service = service
+                    .set("ExecStartPre", "-/usr/bin/podman rm kubelet")
+                    .set("ExecStart", run.join("\n"))
+                    .set("ExecStop", "-/usr/bin/podman stop kubelet");
+            }
+            Runtime::Docker => {
+                run.push("/usr/bin/docker run -d --name kubelet".into());
+                run.extend(["--privileged", "--pid host", "--network host"].map(String::from));
+                run.extend(self.volumes().into_iter().map(|v| v.replace("--volume ", "-v ")));
+                run.push("${KUBELET_IMAGE}".into());
+                run.extend(self.flags());
+                service = service
+                    .set("ExecStartPre", "-/usr/bin/docker rm -f kubelet")
+                    .set("ExecStartPre", run.join("\n"))
+                    .set("ExecStart", "/usr/bin/docker logs -f kubelet")
+                    .set("ExecStop", "/usr/bin/docker stop kubelet")
+                    .set("ExecStopPost", "-/usr/bin/docker rm kubelet");
+            }
+        }
+        let service = service
+            .set("Delegate", "yes")
+            .set("Restart", "always")
+            .set("RestartSec", "10");
+        IniFile::new()
+            .comment("Managed by nodectl: changes here are overwritten. Use a drop-in in")
+            .comment("/etc/systemd/system/kubelet.service.d/ (e.g. 10-image-override.conf).")
+            .section(unit)
+            .section(service)
+            .section(Section::new("Install").set("WantedBy", "multi-user.target"))
+            .render()
+    }
+
+    /// The agent's drop-in that sets the image; an operator's later drop-in overrides it.
+    pub fn image_dropin(image: &str) -> String {
+        IniFile::new()
+            .comment("Managed by nodectl (kubelet image from its settings). To pin another image,")
+            .comment("write your own drop-in, e.g. 10-image-override.conf: it sorts later and wins.")
+            .section(Section::new("Service").set("Environment", format!("KUBELET_IMAGE={image}")))
+            .render()
+    }
+}
+
+/// `50-flannel.link`: let flannel's vxlan device keep the MAC flannel gave it (udev's
+/// `MACAddressPolicy=persistent` would otherwise replace it and break pod traffic on FCOS).
+pub fn flannel_link() -> String {
+    IniFile::new()
+        .comment("Managed by nodectl: flannel picks its own MAC address (FCOS).")
+        .section(Section::new("Match").set("OriginalName", "flannel*"))
+        .section(Section::new("Link").set("MACAddressPolicy", "none"))
+        .render()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(runtime: Runtime, role: Role) -> KubeletSpec {
+        KubeletSpec {
+            runtime,
+            role,
+            labels: vec!["pool=blue".into()],
+            taints: vec!["gpu=true:NoSchedule".into()],
+            bootstrap_kubeconfig: "/etc/kubernetes/kubeconfig".into(),
+            kubeconfig: "/var/lib/kubelet/kubeconfig".into(),
+            config: "/etc/kubernetes/kubelet.yaml".into(),
+            selinux: true,
+        }
+    }
+
+    #[test]
+    fn controller_gets_controller_label_and_taint_never_master() {
+        let u = spec(Runtime::Podman, Role::Controller).unit();
+        assert!(u.contains("--node-labels=node.kubernetes.io/controller=true"));
+        assert!(u.contains("--register-with-taints=node-role.kubernetes.io/controller=:NoSchedule"));
+        assert!(!u.contains("master"));
+        assert!(!u.contains("--lock-file") && !u.contains("exit-on-lock-contention"));
+    }
+
+    #[test]
+    fn worker_gets_node_label_and_configured_labels_and_taints() {
+        let u = spec(Runtime::Podman, Role::Worker).unit();
+        assert!(u.contains("--node-labels=node.kubernetes.io/node \\"));
+        assert!(u.contains("--node-labels=pool=blue"));
+        assert!(u.contains("--register-with-taints=gpu=true:NoSchedule"));
+        assert!(!u.contains("controller"));
+    }
+
+    #[test]
+    fn podman_runs_kubelet_as_main_process_with_shared_labels() {
+        let u = spec(Runtime::Podman, Role::Worker).unit();
+        assert!(u.contains("ExecStart=/usr/bin/podman run --name kubelet \\"));
+        assert!(u.contains("--volume /etc/kubernetes:/etc/kubernetes:ro,z"));
+        assert!(u.contains("--volume /var/lib/kubelet:/var/lib/kubelet:rshared,z"));
+        assert!(u.contains("Delegate=yes") && u.contains("Restart=always"));
+        let mut s = spec(Runtime::Podman, Role::Worker);
+        s.selinux = false;
+        let u = s.unit();
+        assert!(u.contains("--volume /etc/kubernetes:/etc/kubernetes:ro \\"));
+        assert!(!u.contains(":z") && !u.contains("/sys/fs/selinux"));
+    }
+
+    #[test]
+    fn docker_uses_run_d_and_logs_f() {
+        let u = spec(Runtime::Docker, Role::Worker).unit();
+        assert!(u.contains("ExecStartPre=/usr/bin/docker run -d --name kubelet \\"));
+        assert!(u.contains("ExecStart=/usr/bin/docker logs -f kubelet"));
+        assert!(u.contains("Requires=docker.service"));
+    }
+
+    #[test]
+    fn image_dropin_and_link() {
+        assert!(KubeletSpec::image_dropin("quay.io/poseidon/kubelet:v1.36.1")
+            .contains("Environment=KUBELET_IMAGE=quay.io/poseidon/kubelet:v1.36.1\n"));
+        let l = flannel_link();
+        assert!(l.contains("[Match]\nOriginalName=flannel*\n"));
+        assert!(l.contains("[Link]\nMACAddressPolicy=none\n"));
+    }
+}

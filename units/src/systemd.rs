@@ -1,0 +1,476 @@
+//! systemd over D-Bus (zbus + zbus_systemd proxies; `systemctl` is never spawned).
+//!
+//! [`Client`] talks to a real systemd; [`Offline`] stands in for it when the agent runs against
+//! a scratch root (`--root DIR`): it keeps unit states in a JSON file under that root and records
+//! every call, so plans and re-runs behave as on a node and tests can count calls.
+//! [`Systemd`] is what the agent holds: one of the two.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use serde::{Deserialize, Serialize};
+use zbus_systemd::systemd1::{ManagerProxy, ServiceProxy, UnitProxy};
+use zbus_systemd::zbus;
+
+#[derive(Debug, thiserror::Error)]
+pub enum SystemdError {
+    #[error("D-Bus: {context}: {source}")]
+    Bus {
+        context: String,
+        source: zbus::Error,
+    },
+    #[error("{unit}: job {op} finished with result '{result}'")]
+    JobFailed {
+        unit: String,
+        op: &'static str,
+        result: String,
+    },
+    #[error("{unit}: no result for job {op} within {secs}s")]
+    JobTimeout {
+        unit: String,
+        op: &'static str,
+        secs: u64,
+    },
+    #[error("offline systemd state {path}: {msg}")]
+    Offline { path: PathBuf, msg: String },
+}
+
+type Result<T> = std::result::Result<T, SystemdError>;
+
+fn bus(context: impl Into<String>) -> impl FnOnce(zbus::Error) -> SystemdError {
+    let context = context.into();
+    move |source| SystemdError::Bus { context, source }
+}
+
+/// What systemd says about a unit.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UnitState {
+    /// `loaded`, `not-found`, `masked`, ...
+    pub load: String,
+    /// `active`, `inactive`, `activating`, `failed`, ...
+    pub active: String,
+    /// `running`, `dead`, `exited`, `auto-restart`, ...
+    pub sub: String,
+    /// `enabled`, `disabled`, `static`, ... (empty when there is no unit file)
+    pub unit_file: String,
+    /// For services: the last result (`success`, `exit-code`, `signal`, ...).
+    pub result: String,
+    /// For services: how often systemd restarted it (Restart=).
+    pub restarts: u32,
+}
+
+/// Counts of state-changing calls, for tests and for `nodectl status`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CallCounts {
+    pub reload: u32,
+    pub start: u32,
+    pub restart: u32,
+    pub stop: u32,
+    pub enable: u32,
+}
+
+#[derive(Default)]
+struct Counters {
+    reload: AtomicU32,
+    start: AtomicU32,
+    restart: AtomicU32,
+    stop: AtomicU32,
+    enable: AtomicU32,
+}
+
+impl Counters {
+    fn snapshot(&self) -> CallCounts {
+        CallCounts {
+            reload: self.reload.load(Ordering::Relaxed),
+            start: self.start.load(Ordering::Relaxed),
+            restart: self.restart.load(Ordering::Relaxed),
+            stop: self.stop.load(Ordering::Relaxed),
+            enable: self.enable.load(Ordering::Relaxed),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum JobOp {
+    Start,
+    Restart,
+    Stop,
+}
+
+impl JobOp {
+    fn name(self) -> &'static str {
+        match self {
+            JobOp::Start => "start",
+            JobOp::Restart => "restart",
+            JobOp::Stop => "stop",
+        }
+    }
+}
+
+/// A client of systemd's Manager on some bus (the system bus on a node).
+#[derive(Clone)]
+pub struct Client {
+    conn: zbus::Connection,
+    manager: ManagerProxy<'static>,
+    counters: Arc<Counters>,
+    job_timeout: Duration,
+}
+
+impl Client {
+    /// Connects to the system bus and subscribes to the Manager's signals.
+    pub async fn system() -> Result<Self> {
+        let conn = zbus::Connection::system()
+            .await
+            .map_err(bus("connecting to the system bus"))?;
+        Self::from_connection(conn).await
+    }
+
+    pub async fn from_connection(conn: zbus::Connection) -> Result<Self> {
+        let manager = ManagerProxy::new(&conn)
+            .await
+            .map_err(bus("creating the systemd Manager proxy"))?;
+        // systemd emits JobRemoved and PropertiesChanged only while someone is subscribed.
+        manager
+            .subscribe()
+            .await
+            .map_err(bus("Manager.Subscribe"))?;
+        Ok(Client {
+            conn,
+            manager,
+            counters: Arc::default(),
+            job_timeout: Duration::from_secs(300),
+        })
+    }
+
+    pub fn with_job_timeout(mut self, t: Duration) -> Self {
+        self.job_timeout = t;
+        self
+    }
+
+    pub fn calls(&self) -> CallCounts {
+        self.counters.snapshot()
+    }
+
+    /// `daemon-reload`: returns once systemd has reloaded its unit files.
+    pub async fn reload(&self) -> Result<()> {
+        self.counters.reload.fetch_add(1, Ordering::Relaxed);
+        self.manager.reload().await.map_err(bus("Manager.Reload"))
+    }
+
+    pub async fn start(&self, unit: &str) -> Result<()> {
+        self.counters.start.fetch_add(1, Ordering::Relaxed);
+        self.job(unit, JobOp::Start).await
+    }
+
+    pub async fn restart(&self, unit: &str) -> Result<()> {
+        self.counters.restart.fetch_add(1, Ordering::Relaxed);
+        self.job(unit, JobOp::Restart).await
+    }
+
+    pub async fn stop(&self, unit: &str) -> Result<()> {
+        self.counters.stop.fetch_add(1, Ordering::Relaxed);
+        self.job(unit, JobOp::Stop).await
+    }
+
+    /// Queues a job (mode `replace`) and waits for its JobRemoved signal. The signal stream is
+    /// opened before the call, so a job that finishes at once is not missed.
+    async fn job(&self, unit: &str, op: JobOp) -> Result<()> {
+        let mut removed = self
+            .manager
+            .receive_job_removed()
+            .await
+            .map_err(bus("subscribing to JobRemoved"))?;
+        let (u, mode) = (unit.to_string(), "replace".to_string());
+        let path = match op {
+            JobOp::Start => self.manager.start_unit(u, mode).await,
+            JobOp::Restart => self.manager.restart_unit(u, mode).await,
+            JobOp::Stop => self.manager.stop_unit(u, mode).await,
+        }
+        .map_err(bus(format!("{} {unit}", op.name())))?;
+        let wait = async {
+            while let Some(sig) = removed.next().await {
+                let Ok(args) = sig.args() else { continue };
+                if args.job.as_str() == path.as_str() {
+                    return Some(args.result.to_string());
+                }
+            }
+            None
+        };
+        let result = tokio::time::timeout(self.job_timeout, wait)
+            .await
+            .map_err(|_| SystemdError::JobTimeout {
+                unit: unit.into(),
+                op: op.name(),
+                secs: self.job_timeout.as_secs(),
+            })?;
+        match result.as_deref() {
+            Some("done") => Ok(()),
+            Some(r) => Err(SystemdError::JobFailed {
+                unit: unit.into(),
+                op: op.name(),
+                result: r.into(),
+            }),
+            None => Err(SystemdError::JobFailed {
+                unit: unit.into(),
+                op: op.name(),
+                result: "signal stream closed".into(),
+            }),
+        }
+    }
+
+    async fn unit_proxy(&self, unit: &str) -> Result<(UnitProxy<'static>, zbus::OwnedObjectPath)> {
+        let path = self
+            .manager
+            .load_unit(unit.to_string())
+            .await
+            .map_err(bus(format!("LoadUnit {unit}")))?;
+        let proxy = UnitProxy::builder(&self.conn)
+            .path(path.clone())
+            .build()
+            .await
+            .map_err(bus(format!("unit proxy for {unit}")))?;
+        Ok((proxy, path))
+    }
+
+    /// Reads the unit's states (loading it if systemd has not yet).
+    pub async fn state(&self, unit: &str) -> Result<UnitState> {
+        let (u, path) = self.unit_proxy(unit).await?;
+        self.read_state(unit, &u, &path).await
+    }
+
+    async fn read_state(
+        &self,
+        unit: &str,
+        u: &UnitProxy<'static>,
+        path: &zbus::OwnedObjectPath,
+    ) -> Result<UnitState> {
+        let ctx = |p: &str| format!("{unit}.{p}");
+        let mut st = UnitState {
+            load: u.load_state().await.map_err(bus(ctx("LoadState")))?,
+            active: u.active_state().await.map_err(bus(ctx("ActiveState")))?,
+            sub: u.sub_state().await.map_err(bus(ctx("SubState")))?,
+            unit_file: u.unit_file_state().await.map_err(bus(ctx("UnitFileState")))?,
+            ..UnitState::default()
+        };
+        if unit.ends_with(".service") {
+            let s = ServiceProxy::builder(&self.conn)
+                .path(path.clone())
+                .cache_properties(zbus::proxy::CacheProperties::No)
+                .build()
+                .await
+                .map_err(bus(ctx("Service")))?;
+            st.result = s.result().await.map_err(bus(ctx("Result")))?;
+            st.restarts = s.n_restarts().await.unwrap_or(0);
+        }
+        Ok(st)
+    }
+
+    /// Waits, by PropertiesChanged signals (no polling), until `pred` holds for the unit's state.
+    pub async fn wait_for<F>(&self, unit: &str, timeout: Duration, pred: F) -> Result<UnitState>
+    where
+        F: Fn(&UnitState) -> bool,
+    {
+        let (u, path) = self.unit_proxy(unit).await?;
+        let mut changes = u.receive_active_state_changed().await;
+        let fut = async {
+            loop {
+                let st = self.read_state(unit, &u, &path).await?;
+                if pred(&st) {
+                    return Ok(st);
+                }
+                if changes.next().await.is_none() {
+                    return Err(SystemdError::JobFailed {
+                        unit: unit.into(),
+                        op: "watch",
+                        result: "property stream closed".into(),
+                    });
+                }
+            }
+        };
+        tokio::time::timeout(timeout, fut)
+            .await
+            .map_err(|_| SystemdError::JobTimeout {
+                unit: unit.into(),
+                op: "watch",
+                secs: timeout.as_secs(),
+            })?
+    }
+
+    /// Enables units (their `[Install]` sections) as `systemctl enable` would, without a reload
+    /// of our own: the caller reloads when it also changed unit files.
+    pub async fn enable(&self, units: &[String]) -> Result<()> {
+        self.counters.enable.fetch_add(1, Ordering::Relaxed);
+        self.manager
+            .enable_unit_files(units.to_vec(), false, true)
+            .await
+            .map(|_| ())
+            .map_err(bus(format!("EnableUnitFiles {units:?}")))
+    }
+}
+
+/// A stand-in for systemd under a scratch root: unit states live in
+/// `<root>/run/nodectl/offline-systemd.json`. Nothing is started; the file says what would be.
+#[derive(Clone)]
+pub struct Offline {
+    path: PathBuf,
+}
+
+#[derive(Default, Serialize, Deserialize)]
+struct OfflineState {
+    units: BTreeMap<String, UnitState>,
+    calls: CallCounts,
+}
+
+impl Offline {
+    pub const STATE_FILE: &'static str = "run/nodectl/offline-systemd.json";
+
+    pub fn new(root: &Path) -> Self {
+        Offline {
+            path: root.join(Self::STATE_FILE),
+        }
+    }
+
+    fn load(&self) -> Result<OfflineState> {
+        match std::fs::read(&self.path) {
+            Ok(b) => serde_json::from_slice(&b).map_err(|e| SystemdError::Offline {
+                path: self.path.clone(),
+                msg: e.to_string(),
+            }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(OfflineState::default()),
+            Err(e) => Err(SystemdError::Offline {
+                path: self.path.clone(),
+                msg: e.to_string(),
+            }),
+        }
+    }
+
+    fn update(&self, f: impl FnOnce(&mut OfflineState)) -> Result<()> {
+        let mut st = self.load()?;
+        f(&mut st);
+        let err = |e: std::io::Error| SystemdError::Offline {
+            path: self.path.clone(),
+            msg: e.to_string(),
+        };
+        if let Some(dir) = self.path.parent() {
+            std::fs::create_dir_all(dir).map_err(err)?;
+        }
+        let tmp = self.path.with_extension("json.tmp");
+        std::fs::write(&tmp, serde_json::to_vec_pretty(&st).expect("serializable")).map_err(err)?;
+        std::fs::rename(&tmp, &self.path).map_err(err)
+    }
+
+    fn set_active(&self, unit: &str, active: bool, counter: fn(&mut CallCounts) -> &mut u32) -> Result<()> {
+        self.update(|s| {
+            *counter(&mut s.calls) += 1;
+            let u = s.units.entry(unit.to_string()).or_default();
+            u.load = "loaded".into();
+            u.active = if active { "active" } else { "inactive" }.into();
+            u.sub = if active { "running" } else { "dead" }.into();
+            u.result = "success".into();
+        })
+    }
+
+    pub fn calls(&self) -> Result<CallCounts> {
+        Ok(self.load()?.calls)
+    }
+}
+
+/// The systemd the agent talks to.
+#[derive(Clone)]
+pub enum Systemd {
+    Bus(Client),
+    Offline(Offline),
+}
+
+impl Systemd {
+    pub fn is_offline(&self) -> bool {
+        matches!(self, Systemd::Offline(_))
+    }
+
+    pub async fn reload(&self) -> Result<()> {
+        match self {
+            Systemd::Bus(c) => c.reload().await,
+            Systemd::Offline(o) => o.update(|s| s.calls.reload += 1),
+        }
+    }
+
+    pub async fn start(&self, unit: &str) -> Result<()> {
+        match self {
+            Systemd::Bus(c) => c.start(unit).await,
+            Systemd::Offline(o) => o.set_active(unit, true, |c| &mut c.start),
+        }
+    }
+
+    pub async fn restart(&self, unit: &str) -> Result<()> {
+        match self {
+            Systemd::Bus(c) => c.restart(unit).await,
+            Systemd::Offline(o) => o.set_active(unit, true, |c| &mut c.restart),
+        }
+    }
+
+    pub async fn stop(&self, unit: &str) -> Result<()> {
+        match self {
+            Systemd::Bus(c) => c.stop(unit).await,
+            Systemd::Offline(o) => o.set_active(unit, false, |c| &mut c.stop),
+        }
+    }
+
+    pub async fn enable(&self, units: &[String]) -> Result<()> {
+        match self {
+            Systemd::Bus(c) => c.enable(units).await,
+            Systemd::Offline(o) => o.update(|s| {
+                s.calls.enable += 1;
+                for u in units {
+                    s.units.entry(u.clone()).or_default().unit_file = "enabled".into();
+                }
+            }),
+        }
+    }
+
+    pub async fn state(&self, unit: &str) -> Result<UnitState> {
+        match self {
+            Systemd::Bus(c) => c.state(unit).await,
+            Systemd::Offline(o) => Ok(o.load()?.units.get(unit).cloned().unwrap_or_else(|| {
+                UnitState {
+                    load: "not-found".into(),
+                    active: "inactive".into(),
+                    sub: "dead".into(),
+                    ..UnitState::default()
+                }
+            })),
+        }
+    }
+
+    pub fn calls(&self) -> Result<CallCounts> {
+        match self {
+            Systemd::Bus(c) => Ok(c.calls()),
+            Systemd::Offline(o) => o.calls(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn offline_records_states_and_calls() {
+        let d = std::env::temp_dir().join(format!("nodectl-offline-{}", std::process::id()));
+        let s = Systemd::Offline(Offline::new(&d));
+        assert_eq!(s.state("kubelet.service").await.unwrap().active, "inactive");
+        s.reload().await.unwrap();
+        s.enable(&["kubelet.service".into()]).await.unwrap();
+        s.start("kubelet.service").await.unwrap();
+        let st = s.state("kubelet.service").await.unwrap();
+        assert_eq!((st.active.as_str(), st.unit_file.as_str()), ("active", "enabled"));
+        s.stop("kubelet.service").await.unwrap();
+        assert_eq!(s.state("kubelet.service").await.unwrap().active, "inactive");
+        let c = s.calls().unwrap();
+        assert_eq!((c.reload, c.enable, c.start, c.stop, c.restart), (1, 1, 1, 1, 0));
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+}
