@@ -1,1 +1,19 @@
+//! nodectl: the on-node agent (`nodectld`) and its CLI (`nodectl`).
+//!
+//! Pure logic (config, host classification, planning, rendering) is kept apart from effects
+//! (files: [`fsio`], systemd: `nodectl_units::systemd`, the bus: [`dbus`]). Every path goes
+//! through a [`root::Root`]. See docs/architecture.md.
 
+pub mod cli;
+pub mod config;
+pub mod context;
+pub mod daemon;
+pub mod dbus;
+pub mod engine;
+pub mod fsio;
+pub mod host;
+pub mod load;
+pub mod logging;
+pub mod root;
+pub mod status;
+pub mod steps;

@@ -69,7 +69,9 @@ impl FromStr for Level {
                     let n = c
                         .strip_prefix('c')
                         .and_then(|n| n.parse::<u16>().ok())
-                        .ok_or_else(|| err("categories must be c<number>, e.g. c1,c2 or c0.c1023"))?;
+                        .ok_or_else(|| {
+                            err("categories must be c<number>, e.g. c1,c2 or c0.c1023")
+                        })?;
                     if n > MAX_CATEGORY {
                         return Err(err(&format!("category c{n} is above c{MAX_CATEGORY}")));
                     }
@@ -194,8 +196,7 @@ impl Context {
 
 fn valid_identifier(s: &str) -> bool {
     !s.is_empty()
-        && s
-            .chars()
+        && s.chars()
             .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.')
 }
 
@@ -270,10 +271,7 @@ mod tests {
                 "unconfined_u:unconfined_r:unconfined_t:s0-s0:c0.c1023",
                 "unconfined_u:unconfined_r:unconfined_t:s0-s0:c0.c1023",
             ),
-            (
-                "u:r:t:s0:c1,c2,c3,c7",
-                "u:r:t:s0:c1.c3,c7",
-            ),
+            ("u:r:t:s0:c1,c2,c3,c7", "u:r:t:s0:c1.c3,c7"),
             ("user_u:object_r:etc_t", "user_u:object_r:etc_t"),
         ] {
             let c: Context = input.parse().unwrap();
@@ -296,7 +294,10 @@ mod tests {
             "a:b:t y:s0",
             "a:b:c:s0:",
         ] {
-            assert!(bad.parse::<Context>().is_err(), "{bad:?} should be rejected");
+            assert!(
+                bad.parse::<Context>().is_err(),
+                "{bad:?} should be rejected"
+            );
         }
     }
 

@@ -9,12 +9,12 @@ use std::io;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 pub use context::{Context, ContextError, Level, Range, MAX_CATEGORY};
 
 /// What the kernel says about SELinux, read from selinuxfs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
     /// No selinuxfs: the kernel has no SELinux, or it is disabled.
@@ -23,7 +23,7 @@ pub enum Mode {
     Enforcing,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HostSelinux {
     pub mode: Mode,
     /// The loaded policy has MLS/MCS (`/sys/fs/selinux/mls` is 1).
@@ -87,7 +87,7 @@ pub enum LabelError {
 }
 
 /// Why labels are not being written; shown in `nodectl status`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "reason", rename_all = "kebab-case")]
 pub enum LabelsSkipped {
     /// The host has no SELinux (selinuxfs not mounted).
@@ -99,7 +99,9 @@ pub enum LabelsSkipped {
 impl std::fmt::Display for LabelsSkipped {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            LabelsSkipped::NoSelinux => f.write_str("no SELinux on this host (selinuxfs not mounted)"),
+            LabelsSkipped::NoSelinux => {
+                f.write_str("no SELinux on this host (selinuxfs not mounted)")
+            }
             LabelsSkipped::ScratchRoot { root } => write!(
                 f,
                 "scratch root {}: the kernel's SELinux policy does not apply there",
@@ -109,10 +111,19 @@ impl std::fmt::Display for LabelsSkipped {
     }
 }
 
+/// The file_contexts handle. libselinux does not promise concurrent lookups on one handle, so
+/// every use goes through the mutex; with that, moving the handle between threads is sound (it
+/// is a heap object owned by this value alone).
+struct Lookup(std::sync::Mutex<selinux::label::Labeler<selinux::label::back_end::File>>);
+// SAFETY: see the type's comment: the handle is only touched under the mutex.
+unsafe impl Send for Lookup {}
+// SAFETY: as above.
+unsafe impl Sync for Lookup {}
+
 /// Reads and writes labels. Created once per pass; when labels do not apply it only says why.
 pub struct Labeler {
     skipped: Option<LabelsSkipped>,
-    lookup: Option<selinux::label::Labeler<selinux::label::back_end::File>>,
+    lookup: Option<Lookup>,
 }
 
 impl Labeler {
@@ -128,7 +139,9 @@ impl Labeler {
         };
         // The file_contexts database answers "what would restorecon set here".
         let lookup = if skipped.is_none() {
-            selinux::label::Labeler::restorecon_default(true).ok()
+            selinux::label::Labeler::restorecon_default(true)
+                .ok()
+                .map(|l| Lookup(std::sync::Mutex::new(l)))
         } else {
             None
         };
@@ -143,7 +156,7 @@ impl Labeler {
     /// The policy's default label for `path` (as `restorecon` would set it), for a file of the
     /// given `st_mode` file type bits.
     pub fn default_for(&self, path: &Path, file_mode: u32) -> Option<Context> {
-        let lookup = self.lookup.as_ref()?;
+        let lookup = self.lookup.as_ref()?.0.lock().ok()?;
         let ctx = lookup
             .look_up_by_path(path, selinux::FileAccessMode::new(file_mode))
             .ok()?;
@@ -172,7 +185,12 @@ impl Labeler {
 
     /// Sets `ctx` on an open file (the temp file of an atomic write, before its rename).
     /// `path` is for error messages only.
-    pub fn set_on_fd(&self, fd: &impl AsRawFd, path: &Path, ctx: &Context) -> Result<(), LabelError> {
+    pub fn set_on_fd(
+        &self,
+        fd: &impl AsRawFd,
+        path: &Path,
+        ctx: &Context,
+    ) -> Result<(), LabelError> {
         if self.skipped.is_some() {
             return Ok(());
         }
@@ -266,7 +284,10 @@ mod tests {
         let d = fake_root(Some("1"), "1");
         let h = HostSelinux::detect(&d.0).unwrap();
         let l = Labeler::new(&d.0, &h);
-        assert!(matches!(l.skipped(), Some(LabelsSkipped::ScratchRoot { .. })));
+        assert!(matches!(
+            l.skipped(),
+            Some(LabelsSkipped::ScratchRoot { .. })
+        ));
         // Skipped labelers never touch the file.
         assert_eq!(l.get(&d.0.join("etc/selinux/config")).unwrap(), None);
     }

@@ -71,7 +71,11 @@ impl KubeletSpec {
         // (host, container, options) as Typhoon mounts them; `z` = shared label, s0.
         let z = |o: &str| -> String {
             if !self.selinux {
-                return o.split(',').filter(|p| *p != "z").collect::<Vec<_>>().join(",");
+                return o
+                    .split(',')
+                    .filter(|p| *p != "z")
+                    .collect::<Vec<_>>()
+                    .join(",");
             }
             o.to_string()
         };
@@ -136,7 +140,11 @@ impl KubeletSpec {
             Runtime::Docker => {
                 run.push("/usr/bin/docker run -d --name kubelet".into());
                 run.extend(["--privileged", "--pid host", "--network host"].map(String::from));
-                run.extend(self.volumes().into_iter().map(|v| v.replace("--volume ", "-v ")));
+                run.extend(
+                    self.volumes()
+                        .into_iter()
+                        .map(|v| v.replace("--volume ", "-v ")),
+                );
                 run.push("${KUBELET_IMAGE}".into());
                 run.extend(self.flags());
                 service = service
@@ -164,7 +172,9 @@ impl KubeletSpec {
     pub fn image_dropin(image: &str) -> String {
         IniFile::new()
             .comment("Managed by nodectl (kubelet image from its settings). To pin another image,")
-            .comment("write your own drop-in, e.g. 10-image-override.conf: it sorts later and wins.")
+            .comment(
+                "write your own drop-in, e.g. 10-image-override.conf: it sorts later and wins.",
+            )
             .section(Section::new("Service").set("Environment", format!("KUBELET_IMAGE={image}")))
             .render()
     }
@@ -239,8 +249,10 @@ mod tests {
 
     #[test]
     fn image_dropin_and_link() {
-        assert!(KubeletSpec::image_dropin("quay.io/poseidon/kubelet:v1.36.1")
-            .contains("Environment=KUBELET_IMAGE=quay.io/poseidon/kubelet:v1.36.1\n"));
+        assert!(
+            KubeletSpec::image_dropin("quay.io/poseidon/kubelet:v1.36.1")
+                .contains("Environment=KUBELET_IMAGE=quay.io/poseidon/kubelet:v1.36.1\n")
+        );
         let l = flannel_link();
         assert!(l.contains("[Match]\nOriginalName=flannel*\n"));
         assert!(l.contains("[Link]\nMACAddressPolicy=none\n"));

@@ -253,7 +253,10 @@ impl Client {
             load: u.load_state().await.map_err(bus(ctx("LoadState")))?,
             active: u.active_state().await.map_err(bus(ctx("ActiveState")))?,
             sub: u.sub_state().await.map_err(bus(ctx("SubState")))?,
-            unit_file: u.unit_file_state().await.map_err(bus(ctx("UnitFileState")))?,
+            unit_file: u
+                .unit_file_state()
+                .await
+                .map_err(bus(ctx("UnitFileState")))?,
             ..UnitState::default()
         };
         if unit.ends_with(".service") {
@@ -363,11 +366,18 @@ impl Offline {
         std::fs::rename(&tmp, &self.path).map_err(err)
     }
 
-    fn set_active(&self, unit: &str, active: bool, counter: fn(&mut CallCounts) -> &mut u32) -> Result<()> {
+    fn set_active(
+        &self,
+        unit: &str,
+        active: bool,
+        counter: fn(&mut CallCounts) -> &mut u32,
+    ) -> Result<()> {
         self.update(|s| {
             *counter(&mut s.calls) += 1;
-            let u = s.units.entry(unit.to_string()).or_default();
-            u.load = "loaded".into();
+            let u = s
+                .units
+                .entry(unit.to_string())
+                .or_insert_with(Offline::loaded);
             u.active = if active { "active" } else { "inactive" }.into();
             u.sub = if active { "running" } else { "dead" }.into();
             u.result = "success".into();
@@ -376,6 +386,15 @@ impl Offline {
 
     pub fn calls(&self) -> Result<CallCounts> {
         Ok(self.load()?.calls)
+    }
+
+    fn loaded() -> UnitState {
+        UnitState {
+            load: "loaded".into(),
+            active: "inactive".into(),
+            sub: "dead".into(),
+            ..UnitState::default()
+        }
     }
 }
 
@@ -425,7 +444,10 @@ impl Systemd {
             Systemd::Offline(o) => o.update(|s| {
                 s.calls.enable += 1;
                 for u in units {
-                    s.units.entry(u.clone()).or_default().unit_file = "enabled".into();
+                    s.units
+                        .entry(u.clone())
+                        .or_insert_with(Offline::loaded)
+                        .unit_file = "enabled".into();
                 }
             }),
         }
@@ -434,14 +456,18 @@ impl Systemd {
     pub async fn state(&self, unit: &str) -> Result<UnitState> {
         match self {
             Systemd::Bus(c) => c.state(unit).await,
-            Systemd::Offline(o) => Ok(o.load()?.units.get(unit).cloned().unwrap_or_else(|| {
-                UnitState {
-                    load: "not-found".into(),
-                    active: "inactive".into(),
-                    sub: "dead".into(),
-                    ..UnitState::default()
-                }
-            })),
+            Systemd::Offline(o) => {
+                Ok(o.load()?
+                    .units
+                    .get(unit)
+                    .cloned()
+                    .unwrap_or_else(|| UnitState {
+                        load: "not-found".into(),
+                        active: "inactive".into(),
+                        sub: "dead".into(),
+                        ..UnitState::default()
+                    }))
+            }
         }
     }
 
@@ -466,11 +492,17 @@ mod tests {
         s.enable(&["kubelet.service".into()]).await.unwrap();
         s.start("kubelet.service").await.unwrap();
         let st = s.state("kubelet.service").await.unwrap();
-        assert_eq!((st.active.as_str(), st.unit_file.as_str()), ("active", "enabled"));
+        assert_eq!(
+            (st.active.as_str(), st.unit_file.as_str()),
+            ("active", "enabled")
+        );
         s.stop("kubelet.service").await.unwrap();
         assert_eq!(s.state("kubelet.service").await.unwrap().active, "inactive");
         let c = s.calls().unwrap();
-        assert_eq!((c.reload, c.enable, c.start, c.stop, c.restart), (1, 1, 1, 1, 0));
+        assert_eq!(
+            (c.reload, c.enable, c.start, c.stop, c.restart),
+            (1, 1, 1, 1, 0)
+        );
         std::fs::remove_dir_all(&d).unwrap();
     }
 }

@@ -1,0 +1,375 @@
+//! nodectld: converges the node, then sleeps until something changes: SIGHUP, a config
+//! fragment, an input file it waits for (inotify; no polling), a root `Converge` call over
+//! D-Bus, or an hourly resync that repairs drift. `Type=notify`: READY=1 once the first pass is
+//! done (converged, or waiting on outside input); STATUS= says what it waits for.
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, WatchDescriptor};
+use nodectl_units::systemd::{Client, Offline, Systemd};
+use sd_notify::NotifyState;
+use tokio::io::unix::AsyncFd;
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::sync::{mpsc, Mutex};
+
+use crate::config::{self, Settings};
+use crate::context::Cx;
+use crate::dbus::{Agent, Shared, Trigger, BUS_NAME, OBJECT_PATH};
+use crate::engine::StepState;
+use crate::root::Root;
+use crate::status::{self, Daemon, HostStatus, Pass, Status};
+use crate::{load, steps};
+
+pub struct Options {
+    pub root: Root,
+    /// Serve `org.nodectl.Agent1` on the system bus (`DBUS_SYSTEM_BUS_ADDRESS` is honoured).
+    pub serve_bus: bool,
+    pub resync: Duration,
+    /// Quiet period after an event before a pass starts, so a burst (a copy in progress, an
+    /// editor's save) makes one pass.
+    pub debounce: Duration,
+}
+
+fn notify(states: &[NotifyState]) {
+    // Outside systemd there is no NOTIFY_SOCKET; sd_notify then does nothing.
+    if let Err(e) = sd_notify::notify(states) {
+        tracing::debug!(error = %e, "sd_notify");
+    }
+}
+
+pub async fn run(opts: Options) -> anyhow::Result<()> {
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let shared = Arc::new(Shared {
+        status: Mutex::new(Status {
+            schema_version: status::SCHEMA_VERSION,
+            source: "daemon".into(),
+            daemon: Daemon {
+                running: true,
+                state: "starting".into(),
+                pid: Some(std::process::id()),
+                ..Daemon::default()
+            },
+            ..Status::default()
+        }),
+        wake: tx.clone(),
+    });
+
+    let conn = if opts.serve_bus {
+        let conn = zbus::connection::Builder::system()
+            .name(BUS_NAME)
+            .serve_at(
+                OBJECT_PATH,
+                Agent {
+                    shared: shared.clone(),
+                },
+            )
+            .build()
+            .await
+            .with_context(|| format!("connecting to the system bus as {BUS_NAME}"))?;
+        Some(conn)
+    } else {
+        None
+    };
+
+    let systemd = if opts.root.is_host() {
+        let conn = match &conn {
+            Some(c) => c.clone(),
+            None => zbus::Connection::system()
+                .await
+                .context("connecting to the system bus")?,
+        };
+        Systemd::Bus(Client::from_connection(conn).await?)
+    } else {
+        tracing::info!(root = %opts.root.dir().display(), "scratch root: systemd calls are recorded in {}", Offline::STATE_FILE);
+        Systemd::Offline(Offline::new(opts.root.dir()))
+    };
+
+    let mut watcher = Watcher::new().context("inotify")?;
+    let mut sighup = signal(SignalKind::hangup())?;
+    let mut sigterm = signal(SignalKind::terminate())?;
+    let mut sigint = signal(SignalKind::interrupt())?;
+    let engine = steps::engine();
+
+    let mut trigger = Trigger::Startup;
+    let mut passes = 0u64;
+    loop {
+        passes += 1;
+        // Watches first, so an input arriving while the pass runs still wakes the next one.
+        let loaded =
+            load::host(&opts.root).and_then(|h| load::settings(&opts.root, &h).map(|s| (h, s)));
+        watcher.update(&opts.root, loaded.as_ref().ok().map(|(_, s)| s));
+        pass(
+            &opts.root, loaded, &engine, &systemd, &shared, trigger, passes,
+        )
+        .await;
+        // Wait for the next reason to run, without polling.
+        let next = tokio::select! {
+            t = rx.recv() => t,
+            t = watcher.next() => Some(t),
+            _ = sighup.recv() => Some(Trigger::Sighup),
+            _ = tokio::time::sleep(opts.resync) => Some(Trigger::Resync),
+            _ = sigterm.recv() => None,
+            _ = sigint.recv() => None,
+        };
+        let Some(t) = next else { break };
+        trigger = t;
+        // Let a burst settle; more events in the window fold into this pass.
+        let deadline = tokio::time::Instant::now() + opts.debounce;
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep_until(deadline) => break,
+                _ = rx.recv() => {},
+                _ = watcher.next() => {},
+            }
+        }
+        tracing::info!(trigger = trigger.name(), "converging");
+    }
+    notify(&[NotifyState::Stopping, NotifyState::Status("stopping")]);
+    shared.status.lock().await.daemon.state = "stopping".into();
+    tracing::info!("stopping on signal");
+    drop(conn);
+    Ok(())
+}
+
+/// One pass: apply what was loaded, publish the status.
+async fn pass(
+    root: &Root,
+    loaded: Result<(crate::host::Host, Settings), load::LoadError>,
+    engine: &crate::engine::Engine,
+    systemd: &Systemd,
+    shared: &Shared,
+    trigger: Trigger,
+    passes: u64,
+) {
+    shared.status.lock().await.daemon.state = "converging".into();
+    let line = match loaded {
+        Err(e) => {
+            let msg = e.to_string();
+            tracing::error!(error = %msg, "cannot load host or settings; waiting for a config change");
+            let host = load::host(root).ok().map(|h| {
+                let l = nodectl_selinux::Labeler::new(root.dir(), &h.selinux);
+                HostStatus::new(&h, &l)
+            });
+            let mut st = shared.status.lock().await;
+            st.config_error = Some(msg.clone());
+            st.settings = None;
+            st.steps.clear();
+            st.waiting_for.clear();
+            st.host = host;
+            format!("waiting for a valid config: {msg}")
+        }
+        Ok((host, settings)) => {
+            let cx = Cx::new(root.clone(), host, settings, systemd.clone());
+            let report = engine.apply(&cx).await;
+            let line = Status::summary(&report);
+            let applied: usize = report
+                .steps
+                .iter()
+                .map(|s| match &s.state {
+                    StepState::Applied { changes } => changes.len(),
+                    _ => 0,
+                })
+                .sum();
+            tracing::info!(
+                trigger = trigger.name(),
+                duration_ms = report.duration_ms,
+                changes = applied,
+                status = %line,
+                "pass finished"
+            );
+            let calls = systemd.calls().ok();
+            let mut st = shared.status.lock().await;
+            st.config_error = None;
+            st.host = Some(HostStatus::new(&cx.host, &cx.labeler));
+            st.settings = Some(cx.settings);
+            st.set_report(&report);
+            st.systemd_calls = calls;
+            st.daemon.last_pass = Some(Pass {
+                finished_at: status::now_secs(),
+                duration_ms: report.duration_ms,
+                trigger: trigger.name().into(),
+                changes_applied: applied,
+                failed_steps: report.failed().iter().map(|s| s.id.clone()).collect(),
+            });
+            line
+        }
+    };
+    {
+        let mut st = shared.status.lock().await;
+        st.daemon.state = "ready".into();
+        st.daemon.ready = true;
+        st.daemon.passes = passes;
+        st.daemon.status_line = line.clone();
+    }
+    notify(&[NotifyState::Ready, NotifyState::Status(&line)]);
+}
+
+/// What a watch is for, so unrelated events in a watched directory wake nothing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Interest {
+    /// A config.d directory: any `*.toml` entry.
+    ConfigDir,
+    /// A parent of a path that does not exist yet: only this entry name.
+    Entry(OsString, Trigger),
+}
+
+/// The inotify instance, owning its descriptor for its whole life (what AsyncFd requires).
+struct InotifyFd(Inotify);
+
+impl std::os::fd::AsRawFd for InotifyFd {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.0.as_fd().as_raw_fd()
+    }
+}
+
+struct Watcher {
+    fd: AsyncFd<InotifyFd>,
+    watches: HashMap<WatchDescriptor, Vec<Interest>>,
+}
+
+impl Watcher {
+    fn new() -> nix::Result<Self> {
+        let ino = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)?;
+        // SAFETY: InotifyFd owns the descriptor and always returns the same one until dropped
+        // together with the AsyncFd.
+        let fd = unsafe { AsyncFd::register(InotifyFd(ino)) }
+            .map_err(|e| nix::Error::from_raw(e.into_parts().1.raw_os_error().unwrap_or(0)))?;
+        Ok(Watcher {
+            fd,
+            watches: HashMap::new(),
+        })
+    }
+
+    /// Re-derives the watch list from the settings (new directories may exist now).
+    fn update(&mut self, root: &Root, settings: Option<&Settings>) {
+        let mut want: Vec<(PathBuf, Interest)> = Vec::new();
+        for d in config::CONFIG_DIRS {
+            want.push(nearest(
+                root,
+                Path::new(d),
+                Interest::ConfigDir,
+                Trigger::ConfigChange,
+            ));
+        }
+        if let Some(s) = settings {
+            want.push(nearest_file(
+                root,
+                &s.bootstrap_kubeconfig,
+                Trigger::InputChange,
+            ));
+        }
+        let flags = AddWatchFlags::IN_CREATE
+            | AddWatchFlags::IN_MOVED_TO
+            | AddWatchFlags::IN_MOVED_FROM
+            | AddWatchFlags::IN_CLOSE_WRITE
+            | AddWatchFlags::IN_DELETE
+            | AddWatchFlags::IN_ATTRIB
+            | AddWatchFlags::IN_ONLYDIR;
+        // Re-adding a watched directory returns its existing descriptor: no gap in which an
+        // event could be lost. Descriptors no longer wanted are removed afterwards.
+        let mut next: HashMap<WatchDescriptor, Vec<Interest>> = HashMap::new();
+        for (dir, interest) in want {
+            match self.fd.get_ref().0.add_watch(&dir, flags) {
+                Ok(wd) => next.entry(wd).or_default().push(interest),
+                Err(e) => tracing::warn!(dir = %dir.display(), error = %e, "cannot watch"),
+            }
+        }
+        for wd in self.watches.keys() {
+            if !next.contains_key(wd) {
+                let _ = self.fd.get_ref().0.rm_watch(*wd);
+            }
+        }
+        self.watches = next;
+    }
+
+    /// The next event someone cares about.
+    async fn next(&mut self) -> Trigger {
+        loop {
+            let mut guard = match self.fd.readable().await {
+                Ok(g) => g,
+                Err(e) => {
+                    tracing::error!(error = %e, "inotify");
+                    std::future::pending::<()>().await;
+                    unreachable!()
+                }
+            };
+            let events = match guard.try_io(|fd| {
+                fd.get_ref()
+                    .0
+                    .read_events()
+                    .map_err(|e| std::io::Error::from_raw_os_error(e as i32))
+            }) {
+                Ok(Ok(ev)) => ev,
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %e, "reading inotify events");
+                    continue;
+                }
+                Err(_would_block) => continue,
+            };
+            for ev in events {
+                let Some(interests) = self.watches.get(&ev.wd) else {
+                    continue;
+                };
+                let name = ev.name.unwrap_or_default();
+                let hidden = name.to_string_lossy().starts_with('.');
+                for i in interests {
+                    match i {
+                        Interest::ConfigDir
+                            if !hidden && name.to_string_lossy().ends_with(".toml") =>
+                        {
+                            return Trigger::ConfigChange
+                        }
+                        Interest::Entry(n, t) if *n == name => return *t,
+                        _ => {}
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The directory to watch for `dir`: itself when it exists, else its nearest existing ancestor,
+/// watching for the next path component to appear.
+fn nearest(root: &Root, dir: &Path, interest: Interest, trigger: Trigger) -> (PathBuf, Interest) {
+    if root.path(dir).is_dir() {
+        return (root.path(dir), interest);
+    }
+    let mut child = dir;
+    let mut p = dir.parent();
+    while let Some(d) = p {
+        if root.path(d).is_dir() {
+            let name = child
+                .file_name()
+                .map(|n| n.to_os_string())
+                .unwrap_or_default();
+            return (root.path(d), Interest::Entry(name, trigger));
+        }
+        child = d;
+        p = d.parent();
+    }
+    (root.path("/"), Interest::Entry(OsString::new(), trigger))
+}
+
+/// Watch for a file: its directory (for its name) when that exists.
+fn nearest_file(root: &Root, file: &Path, trigger: Trigger) -> (PathBuf, Interest) {
+    let dir = file.parent().unwrap_or(Path::new("/"));
+    if root.path(dir).is_dir() {
+        let name = file
+            .file_name()
+            .map(|n| n.to_os_string())
+            .unwrap_or_default();
+        return (root.path(dir), Interest::Entry(name, trigger));
+    }
+    nearest(
+        root,
+        dir,
+        Interest::Entry(OsString::new(), trigger),
+        trigger,
+    )
+}

@@ -1,0 +1,337 @@
+//! The plan/apply engine. The node is a set of [`Step`]s with explicit dependencies. Each step
+//! observes the current state and says what would change ([`Observation`]); computing that has
+//! no side effects, so a plan is just every step's observation. Apply walks the steps in
+//! dependency order, applies a step only when all its dependencies are converged, and observes
+//! again afterwards to prove the step converged.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use futures_util::future::BoxFuture;
+use serde::{Deserialize, Serialize};
+
+use crate::context::Cx;
+
+/// One change a step would make, and why.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Change {
+    pub what: String,
+    pub why: String,
+}
+
+impl Change {
+    pub fn new(what: impl Into<String>, why: impl Into<String>) -> Self {
+        Change {
+            what: what.into(),
+            why: why.into(),
+        }
+    }
+}
+
+/// What a step sees.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Observation {
+    /// Nothing to do; the detail says what is in place.
+    Converged(String),
+    /// These changes would bring the step to its goal.
+    Changes(Vec<Change>),
+    /// The step needs input from outside (a file provisioning drops, an approval, ...).
+    Waiting(String),
+}
+
+pub trait Step: Send + Sync {
+    fn id(&self) -> &'static str;
+    fn description(&self) -> &'static str;
+    /// Steps that must be converged before this one may apply.
+    fn deps(&self) -> &'static [&'static str];
+    /// Observes and computes the changes. Must not change anything.
+    fn observe<'a>(&'a self, cx: &'a Cx) -> BoxFuture<'a, anyhow::Result<Observation>>;
+    /// Makes the changes. Idempotent: applying a converged step changes nothing.
+    fn apply<'a>(&'a self, cx: &'a Cx) -> BoxFuture<'a, anyhow::Result<()>>;
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "kebab-case")]
+pub enum StepState {
+    Converged {
+        detail: String,
+    },
+    /// Plan: what would change. After an apply that made changes: what was changed.
+    Pending {
+        changes: Vec<Change>,
+    },
+    Applied {
+        changes: Vec<Change>,
+    },
+    Waiting {
+        waiting_for: String,
+    },
+    Blocked {
+        blocked_by: Vec<String>,
+    },
+    Failed {
+        error: String,
+    },
+}
+
+impl StepState {
+    pub fn name(&self) -> &'static str {
+        match self {
+            StepState::Converged { .. } => "converged",
+            StepState::Pending { .. } => "pending",
+            StepState::Applied { .. } => "applied",
+            StepState::Waiting { .. } => "waiting",
+            StepState::Blocked { .. } => "blocked",
+            StepState::Failed { .. } => "failed",
+        }
+    }
+
+    /// Converged now (nothing left to do for this step).
+    pub fn is_done(&self) -> bool {
+        matches!(
+            self,
+            StepState::Converged { .. } | StepState::Applied { .. }
+        )
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StepReport {
+    pub id: String,
+    pub description: String,
+    pub deps: Vec<String>,
+    #[serde(flatten)]
+    pub state: StepState,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Report {
+    pub steps: Vec<StepReport>,
+    pub duration_ms: u64,
+}
+
+impl Report {
+    /// Changes a plan says are still to be made.
+    pub fn pending_changes(&self) -> usize {
+        self.steps
+            .iter()
+            .map(|s| match &s.state {
+                StepState::Pending { changes } => changes.len(),
+                _ => 0,
+            })
+            .sum()
+    }
+
+    pub fn failed(&self) -> Vec<&StepReport> {
+        self.steps
+            .iter()
+            .filter(|s| matches!(s.state, StepState::Failed { .. }))
+            .collect()
+    }
+
+    /// What the node waits for from outside, for sd_notify STATUS= and `nodectl status`.
+    pub fn waiting_for(&self) -> Vec<String> {
+        self.steps
+            .iter()
+            .filter_map(|s| match &s.state {
+                StepState::Waiting { waiting_for } => Some(format!("{}: {waiting_for}", s.id)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    pub fn all_done(&self) -> bool {
+        self.steps.iter().all(|s| s.state.is_done())
+    }
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum GraphError {
+    #[error("step {step} depends on unknown step {dep}")]
+    UnknownDep { step: String, dep: String },
+    #[error("steps form a dependency cycle: {0}")]
+    Cycle(String),
+    #[error("two steps are called {0}")]
+    Duplicate(String),
+}
+
+pub struct Engine {
+    steps: Vec<Box<dyn Step>>,
+}
+
+impl Engine {
+    /// Orders the steps so each comes after its dependencies (stable for independent steps).
+    pub fn new(steps: Vec<Box<dyn Step>>) -> Result<Self, GraphError> {
+        let mut index = BTreeMap::new();
+        for (i, s) in steps.iter().enumerate() {
+            if index.insert(s.id(), i).is_some() {
+                return Err(GraphError::Duplicate(s.id().into()));
+            }
+        }
+        for s in &steps {
+            for d in s.deps() {
+                if !index.contains_key(d) {
+                    return Err(GraphError::UnknownDep {
+                        step: s.id().into(),
+                        dep: (*d).into(),
+                    });
+                }
+            }
+        }
+        let mut placed = vec![false; steps.len()];
+        let mut order = Vec::with_capacity(steps.len());
+        while order.len() < steps.len() {
+            let next = (0..steps.len())
+                .find(|&i| !placed[i] && steps[i].deps().iter().all(|d| placed[index[d]]));
+            match next {
+                Some(i) => {
+                    placed[i] = true;
+                    order.push(i);
+                }
+                None => {
+                    let left: Vec<&str> = (0..steps.len())
+                        .filter(|&i| !placed[i])
+                        .map(|i| steps[i].id())
+                        .collect();
+                    return Err(GraphError::Cycle(left.join(" -> ")));
+                }
+            }
+        }
+        let mut slots: Vec<Option<Box<dyn Step>>> = steps.into_iter().map(Some).collect();
+        let steps = order
+            .into_iter()
+            .map(|i| slots[i].take().expect("placed once"))
+            .collect();
+        Ok(Engine { steps })
+    }
+
+    pub fn step_ids(&self) -> Vec<&'static str> {
+        self.steps.iter().map(|s| s.id()).collect()
+    }
+
+    fn report(step: &dyn Step, state: StepState) -> StepReport {
+        StepReport {
+            id: step.id().into(),
+            description: step.description().into(),
+            deps: step.deps().iter().map(|d| d.to_string()).collect(),
+            state,
+        }
+    }
+
+    fn blockers(step: &dyn Step, done: &BTreeMap<&str, StepState>) -> Vec<String> {
+        step.deps()
+            .iter()
+            .filter(|d| {
+                !matches!(
+                    done.get(*d),
+                    Some(
+                        StepState::Converged { .. }
+                            | StepState::Applied { .. }
+                            | StepState::Pending { .. }
+                    )
+                )
+            })
+            .map(|d| d.to_string())
+            .collect()
+    }
+
+    /// Observes every step. No side effects. A step whose dependency waits, is blocked or failed
+    /// is reported blocked; one whose dependency only has pending changes is observed as usual.
+    pub async fn plan(&self, cx: &Cx) -> Report {
+        let start = Instant::now();
+        let mut states: BTreeMap<&str, StepState> = BTreeMap::new();
+        let mut out = Vec::new();
+        for step in &self.steps {
+            let blocked = Self::blockers(step.as_ref(), &states);
+            let state = if !blocked.is_empty() {
+                StepState::Blocked {
+                    blocked_by: blocked,
+                }
+            } else {
+                observed(step.observe(cx).await, false)
+            };
+            states.insert(step.id(), state.clone());
+            out.push(Self::report(step.as_ref(), state));
+        }
+        Report {
+            steps: out,
+            duration_ms: start.elapsed().as_millis() as u64,
+        }
+    }
+
+    /// One convergence pass.
+    pub async fn apply(&self, cx: &Cx) -> Report {
+        let start = Instant::now();
+        let mut states: BTreeMap<&str, StepState> = BTreeMap::new();
+        let mut out = Vec::new();
+        for step in &self.steps {
+            let blocked: Vec<String> = step
+                .deps()
+                .iter()
+                .filter(|d| !states.get(*d).is_some_and(StepState::is_done))
+                .map(|d| d.to_string())
+                .collect();
+            let state = if !blocked.is_empty() {
+                StepState::Blocked {
+                    blocked_by: blocked,
+                }
+            } else {
+                apply_one(step.as_ref(), cx).await
+            };
+            match &state {
+                StepState::Failed { error } => {
+                    tracing::error!(step = step.id(), error = %error, "step failed")
+                }
+                StepState::Applied { changes } => {
+                    for c in changes {
+                        tracing::info!(step = step.id(), change = %c.what, reason = %c.why, "applied");
+                    }
+                }
+                _ => {}
+            }
+            states.insert(step.id(), state.clone());
+            out.push(Self::report(step.as_ref(), state));
+        }
+        Report {
+            steps: out,
+            duration_ms: start.elapsed().as_millis() as u64,
+        }
+    }
+}
+
+fn observed(r: anyhow::Result<Observation>, applied: bool) -> StepState {
+    match r {
+        Ok(Observation::Converged(detail)) => StepState::Converged { detail },
+        Ok(Observation::Changes(changes)) if applied => StepState::Applied { changes },
+        Ok(Observation::Changes(changes)) => StepState::Pending { changes },
+        Ok(Observation::Waiting(w)) => StepState::Waiting { waiting_for: w },
+        Err(e) => StepState::Failed {
+            error: format!("{e:#}"),
+        },
+    }
+}
+
+async fn apply_one(step: &dyn Step, cx: &Cx) -> StepState {
+    let changes = match step.observe(cx).await {
+        Ok(Observation::Changes(c)) => c,
+        other => return observed(other, false),
+    };
+    if let Err(e) = step.apply(cx).await {
+        return StepState::Failed {
+            error: format!("{e:#}"),
+        };
+    }
+    match step.observe(cx).await {
+        Ok(Observation::Converged(_)) => StepState::Applied { changes },
+        Ok(Observation::Changes(left)) => StepState::Failed {
+            error: format!(
+                "did not converge: still to do after apply: {}",
+                left.iter()
+                    .map(|c| c.what.as_str())
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ),
+        },
+        other => observed(other, true),
+    }
+}

@@ -1,0 +1,563 @@
+//! The one way nodectl writes a file: a temp file in the target directory gets its final label,
+//! owner and mode before any content is written, then content, fsync, rename over the target,
+//! fsync of the directory. A reader sees the old file or the new one, never a half-written or
+//! mislabeled one. Content that is already right is not rewritten; wrong metadata on right
+//! content is fixed in place.
+
+use std::fmt;
+use std::fs::{self, File};
+use std::io::{self, Write};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use nodectl_selinux::{Context, Labeler};
+
+use crate::root::Root;
+
+/// A file as it should be. `path` is the path on the node (the root is applied by [`Writer`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FileSpec {
+    pub path: PathBuf,
+    pub content: Vec<u8>,
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    /// `None`: the policy's default for the path (what restorecon would set).
+    pub label: Option<Context>,
+}
+
+impl FileSpec {
+    /// A root-owned file.
+    pub fn new(path: impl Into<PathBuf>, content: impl Into<Vec<u8>>, mode: u32) -> Self {
+        FileSpec {
+            path: path.into(),
+            content: content.into(),
+            mode,
+            uid: 0,
+            gid: 0,
+            label: None,
+        }
+    }
+
+    pub fn label(mut self, ctx: Context) -> Self {
+        self.label = Some(ctx);
+        self
+    }
+}
+
+/// A directory as it should be.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DirSpec {
+    pub path: PathBuf,
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub label: Option<Context>,
+}
+
+impl DirSpec {
+    pub fn new(path: impl Into<PathBuf>, mode: u32) -> Self {
+        DirSpec {
+            path: path.into(),
+            mode,
+            uid: 0,
+            gid: 0,
+            label: None,
+        }
+    }
+}
+
+/// What differs between a path on disk and its spec. Empty: nothing to do.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Diff {
+    pub missing: bool,
+    pub content: bool,
+    pub not_a_regular_file: bool,
+    pub mode: Option<(u32, u32)>,
+    pub owner: Option<((u32, u32), (u32, u32))>,
+    pub label: Option<(Option<Context>, Context)>,
+}
+
+impl Diff {
+    pub fn is_empty(&self) -> bool {
+        *self == Diff::default()
+    }
+}
+
+impl fmt::Display for Diff {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.missing {
+            return f.write_str("missing");
+        }
+        let mut parts = Vec::new();
+        if self.not_a_regular_file {
+            parts.push("not a regular file".to_string());
+        }
+        if self.content {
+            parts.push("content differs".to_string());
+        }
+        if let Some((from, to)) = self.mode {
+            parts.push(format!("mode {from:04o} -> {to:04o}"));
+        }
+        if let Some(((fu, fg), (tu, tg))) = self.owner {
+            parts.push(format!("owner {fu}:{fg} -> {tu}:{tg}"));
+        }
+        if let Some((from, to)) = &self.label {
+            let from = from.as_ref().map_or("none".to_string(), Context::to_string);
+            parts.push(format!("label {from} -> {to}"));
+        }
+        f.write_str(&parts.join(", "))
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Unchanged,
+    Created,
+    Replaced,
+    MetadataFixed,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("{path}: {op}: {source}")]
+pub struct WriteError {
+    pub path: PathBuf,
+    pub op: String,
+    #[source]
+    pub source: io::Error,
+}
+
+fn werr(path: &Path, op: impl Into<String>) -> impl FnOnce(io::Error) -> WriteError + '_ {
+    let op = op.into();
+    move |source| WriteError {
+        path: path.to_path_buf(),
+        op,
+        source,
+    }
+}
+
+fn label_err(path: &Path, e: nodectl_selinux::LabelError) -> WriteError {
+    WriteError {
+        path: path.to_path_buf(),
+        op: "SELinux label".into(),
+        source: io::Error::other(e.to_string()),
+    }
+}
+
+const S_IFREG: u32 = 0o100000;
+const S_IFDIR: u32 = 0o040000;
+
+/// Writes files under a root, with labels when the host has SELinux.
+pub struct Writer<'a> {
+    root: &'a Root,
+    labeler: &'a Labeler,
+    /// Ownership is applied only when running as root; otherwise it is neither set nor compared
+    /// (tests as an ordinary user on a scratch root).
+    chown: bool,
+}
+
+impl<'a> Writer<'a> {
+    pub fn new(root: &'a Root, labeler: &'a Labeler) -> Self {
+        Writer {
+            root,
+            labeler,
+            chown: nix::unistd::geteuid().is_root(),
+        }
+    }
+
+    pub fn root(&self) -> &Root {
+        self.root
+    }
+
+    pub fn labeler(&self) -> &Labeler {
+        self.labeler
+    }
+
+    fn wanted_label(
+        &self,
+        node_path: &Path,
+        explicit: &Option<Context>,
+        kind: u32,
+    ) -> Option<Context> {
+        if self.labeler.skipped().is_some() {
+            return None;
+        }
+        explicit
+            .clone()
+            .or_else(|| self.labeler.default_for(node_path, kind))
+    }
+
+    fn meta_diff(
+        &self,
+        real: &Path,
+        meta: &fs::Metadata,
+        mode: u32,
+        owner: (u32, u32),
+        label: Option<Context>,
+    ) -> Result<Diff, WriteError> {
+        let mut d = Diff::default();
+        let have = meta.permissions().mode() & 0o7777;
+        if have != mode {
+            d.mode = Some((have, mode));
+        }
+        if self.chown && (meta.uid(), meta.gid()) != owner {
+            d.owner = Some(((meta.uid(), meta.gid()), owner));
+        }
+        if let Some(want) = label {
+            let have = self.labeler.get(real).map_err(|e| label_err(real, e))?;
+            if have.as_ref() != Some(&want) {
+                d.label = Some((have, want));
+            }
+        }
+        Ok(d)
+    }
+
+    /// What would change to make the file match `spec`. Reads only.
+    pub fn check(&self, spec: &FileSpec) -> Result<Diff, WriteError> {
+        let real = self.root.path(&spec.path);
+        let meta = match fs::symlink_metadata(&real) {
+            Ok(m) => m,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Ok(Diff {
+                    missing: true,
+                    ..Diff::default()
+                })
+            }
+            Err(e) => return Err(werr(&real, "stat")(e)),
+        };
+        if !meta.file_type().is_file() {
+            return Ok(Diff {
+                not_a_regular_file: true,
+                content: true,
+                ..Diff::default()
+            });
+        }
+        let label = self.wanted_label(&spec.path, &spec.label, S_IFREG);
+        let mut d = self.meta_diff(&real, &meta, spec.mode, (spec.uid, spec.gid), label)?;
+        if meta.len() != spec.content.len() as u64
+            || fs::read(&real).map_err(werr(&real, "read"))? != spec.content
+        {
+            d.content = true;
+        }
+        Ok(d)
+    }
+
+    /// Makes the file match `spec` (see the module docs for how).
+    pub fn write(&self, spec: &FileSpec) -> Result<Outcome, WriteError> {
+        let diff = self.check(spec)?;
+        if diff.is_empty() {
+            return Ok(Outcome::Unchanged);
+        }
+        let real = self.root.path(&spec.path);
+        let label = self.wanted_label(&spec.path, &spec.label, S_IFREG);
+        if !diff.missing && !diff.content {
+            // Right content, wrong metadata: fix in place. Tighten the mode first when the owner
+            // changes, so the file is never more open than either state.
+            if diff.owner.is_some() {
+                fs::set_permissions(&real, fs::Permissions::from_mode(spec.mode & 0o700))
+                    .map_err(werr(&real, "chmod"))?;
+                nix::unistd::fchownat(
+                    None,
+                    &real,
+                    Some(spec.uid.into()),
+                    Some(spec.gid.into()),
+                    nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+                )
+                .map_err(|e| werr(&real, "chown")(e.into()))?;
+            }
+            if let Some(l) = &label {
+                self.labeler
+                    .set_on_path(&real, l)
+                    .map_err(|e| label_err(&real, e))?;
+            }
+            fs::set_permissions(&real, fs::Permissions::from_mode(spec.mode))
+                .map_err(werr(&real, "chmod"))?;
+            return Ok(Outcome::MetadataFixed);
+        }
+        let dir = real
+            .parent()
+            .ok_or_else(|| werr(&real, "parent")(io::Error::other("no parent directory")))?;
+        if !dir.exists() {
+            let parent = spec.path.parent().unwrap_or(Path::new("/"));
+            self.create_parents(parent)?;
+        }
+        let name = real.file_name().unwrap_or_default().to_string_lossy();
+        let tmp = tempfile::Builder::new()
+            .prefix(&format!(".{name}.nodectl-"))
+            .tempfile_in(dir)
+            .map_err(werr(dir, "create temp file"))?;
+        let f: &File = tmp.as_file();
+        // Final label, owner and mode before the first byte of content.
+        if let Some(l) = &label {
+            self.labeler
+                .set_on_fd(f, tmp.path(), l)
+                .map_err(|e| label_err(tmp.path(), e))?;
+        }
+        if self.chown {
+            nix::unistd::fchown(
+                std::os::fd::AsRawFd::as_raw_fd(f),
+                Some(spec.uid.into()),
+                Some(spec.gid.into()),
+            )
+            .map_err(|e| werr(tmp.path(), "fchown")(e.into()))?;
+        }
+        f.set_permissions(fs::Permissions::from_mode(spec.mode))
+            .map_err(werr(tmp.path(), "fchmod"))?;
+        (&*f)
+            .write_all(&spec.content)
+            .map_err(werr(tmp.path(), "write"))?;
+        f.sync_all().map_err(werr(tmp.path(), "fsync"))?;
+        tmp.persist(&real)
+            .map_err(|e| werr(&real, "rename")(e.error))?;
+        fsync_dir(dir)?;
+        Ok(if diff.missing {
+            Outcome::Created
+        } else {
+            Outcome::Replaced
+        })
+    }
+
+    /// Creates missing parent directories of a node path (0755 root, policy labels).
+    fn create_parents(&self, node_dir: &Path) -> Result<(), WriteError> {
+        let mut missing = Vec::new();
+        let mut p = Some(node_dir);
+        while let Some(d) = p {
+            if self.root.path(d).exists() {
+                break;
+            }
+            missing.push(d.to_path_buf());
+            p = d.parent();
+        }
+        for d in missing.into_iter().rev() {
+            self.ensure_dir(&DirSpec::new(d, 0o755))?;
+        }
+        Ok(())
+    }
+
+    pub fn check_dir(&self, spec: &DirSpec) -> Result<Diff, WriteError> {
+        let real = self.root.path(&spec.path);
+        let meta = match fs::symlink_metadata(&real) {
+            Ok(m) => m,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Ok(Diff {
+                    missing: true,
+                    ..Diff::default()
+                })
+            }
+            Err(e) => return Err(werr(&real, "stat")(e)),
+        };
+        if !meta.is_dir() {
+            return Err(werr(&real, "check directory")(io::Error::other(
+                "exists and is not a directory; nodectl will not replace it",
+            )));
+        }
+        let label = self.wanted_label(&spec.path, &spec.label, S_IFDIR);
+        self.meta_diff(&real, &meta, spec.mode, (spec.uid, spec.gid), label)
+    }
+
+    /// Creates the directory (with its label, owner and mode set before it is used) or fixes its
+    /// metadata. Parents are created as needed.
+    pub fn ensure_dir(&self, spec: &DirSpec) -> Result<Outcome, WriteError> {
+        let diff = self.check_dir(spec)?;
+        if diff.is_empty() {
+            return Ok(Outcome::Unchanged);
+        }
+        let real = self.root.path(&spec.path);
+        if diff.missing {
+            if let Some(parent) = spec.path.parent() {
+                if !self.root.path(parent).exists() {
+                    self.create_parents(parent)?;
+                }
+            }
+            // Created 0700 so nothing can enter before its final metadata is set.
+            fs::DirBuilder::new()
+                .mode(0o700)
+                .create(&real)
+                .map_err(werr(&real, "mkdir"))?;
+        }
+        let label = self.wanted_label(&spec.path, &spec.label, S_IFDIR);
+        if let Some(l) = &label {
+            self.labeler
+                .set_on_path(&real, l)
+                .map_err(|e| label_err(&real, e))?;
+        }
+        if self.chown {
+            nix::unistd::fchownat(
+                None,
+                &real,
+                Some(spec.uid.into()),
+                Some(spec.gid.into()),
+                nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+            )
+            .map_err(|e| werr(&real, "chown")(e.into()))?;
+        }
+        fs::set_permissions(&real, fs::Permissions::from_mode(spec.mode))
+            .map_err(werr(&real, "chmod"))?;
+        if diff.missing {
+            if let Some(parent) = real.parent() {
+                fsync_dir(parent)?;
+            }
+            Ok(Outcome::Created)
+        } else {
+            Ok(Outcome::MetadataFixed)
+        }
+    }
+
+    /// Removes a file (not a directory); `false` when it was not there.
+    pub fn remove(&self, node_path: &Path) -> Result<bool, WriteError> {
+        let real = self.root.path(node_path);
+        match fs::remove_file(&real) {
+            Ok(()) => {
+                if let Some(parent) = real.parent() {
+                    fsync_dir(parent)?;
+                }
+                Ok(true)
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(werr(&real, "remove")(e)),
+        }
+    }
+}
+
+use std::os::unix::fs::DirBuilderExt;
+
+fn fsync_dir(dir: &Path) -> Result<(), WriteError> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(werr(dir, "fsync directory"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nodectl_selinux::{HostSelinux, Mode};
+
+    fn setup() -> (tempfile::TempDir, Root, Labeler) {
+        let d = tempfile::tempdir().unwrap();
+        let root = Root::new(d.path());
+        let host = HostSelinux {
+            mode: Mode::Absent,
+            mls: false,
+            policy: None,
+        };
+        let l = Labeler::new(root.dir(), &host);
+        (d, root, l)
+    }
+
+    #[test]
+    fn creates_with_mode_and_parents_then_is_idempotent() {
+        let (_d, root, l) = setup();
+        let w = Writer::new(&root, &l);
+        let spec = FileSpec::new("/etc/kubernetes/pki/ca.key", "secret", 0o600);
+        assert!(w.check(&spec).unwrap().missing);
+        assert_eq!(w.write(&spec).unwrap(), Outcome::Created);
+        let real = root.path("/etc/kubernetes/pki/ca.key");
+        assert_eq!(fs::read(&real).unwrap(), b"secret");
+        assert_eq!(
+            fs::metadata(&real).unwrap().permissions().mode() & 0o7777,
+            0o600
+        );
+        assert_eq!(
+            fs::metadata(root.path("/etc/kubernetes/pki"))
+                .unwrap()
+                .permissions()
+                .mode()
+                & 0o7777,
+            0o755
+        );
+        let ino = fs::metadata(&real).unwrap().ino();
+        assert_eq!(w.write(&spec).unwrap(), Outcome::Unchanged);
+        assert_eq!(
+            fs::metadata(&real).unwrap().ino(),
+            ino,
+            "unchanged content is not rewritten"
+        );
+        // no temp files left behind
+        let names: Vec<_> = fs::read_dir(real.parent().unwrap())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("ca.key")]);
+    }
+
+    #[test]
+    fn content_change_replaces_by_rename_and_mode_change_fixes_in_place() {
+        let (_d, root, l) = setup();
+        let w = Writer::new(&root, &l);
+        let real = root.path("/etc/a.conf");
+        w.write(&FileSpec::new("/etc/a.conf", "one", 0o644))
+            .unwrap();
+        let ino = fs::metadata(&real).unwrap().ino();
+        assert_eq!(
+            w.write(&FileSpec::new("/etc/a.conf", "two", 0o644))
+                .unwrap(),
+            Outcome::Replaced
+        );
+        assert_ne!(
+            fs::metadata(&real).unwrap().ino(),
+            ino,
+            "new content arrives by rename"
+        );
+        let ino = fs::metadata(&real).unwrap().ino();
+        let spec = FileSpec::new("/etc/a.conf", "two", 0o600);
+        assert_eq!(w.check(&spec).unwrap().to_string(), "mode 0644 -> 0600");
+        assert_eq!(w.write(&spec).unwrap(), Outcome::MetadataFixed);
+        assert_eq!(fs::metadata(&real).unwrap().ino(), ino);
+        assert_eq!(
+            fs::metadata(&real).unwrap().permissions().mode() & 0o7777,
+            0o600
+        );
+    }
+
+    #[test]
+    fn replaces_a_symlink_itself_never_its_target() {
+        let (_d, root, l) = setup();
+        let w = Writer::new(&root, &l);
+        fs::create_dir_all(root.path("/etc")).unwrap();
+        fs::write(root.path("/victim"), "keep").unwrap();
+        std::os::unix::fs::symlink(root.path("/victim"), root.path("/etc/x")).unwrap();
+        assert!(
+            w.check(&FileSpec::new("/etc/x", "new", 0o644))
+                .unwrap()
+                .not_a_regular_file
+        );
+        w.write(&FileSpec::new("/etc/x", "new", 0o644)).unwrap();
+        assert_eq!(fs::read(root.path("/victim")).unwrap(), b"keep");
+        assert!(fs::symlink_metadata(root.path("/etc/x")).unwrap().is_file());
+    }
+
+    #[test]
+    fn dirs_are_created_with_mode_and_refuse_to_replace_files() {
+        let (_d, root, l) = setup();
+        let w = Writer::new(&root, &l);
+        let spec = DirSpec::new("/etc/kubernetes/pki", 0o700);
+        assert_eq!(w.ensure_dir(&spec).unwrap(), Outcome::Created);
+        assert_eq!(w.ensure_dir(&spec).unwrap(), Outcome::Unchanged);
+        assert_eq!(
+            fs::metadata(root.path("/etc/kubernetes/pki"))
+                .unwrap()
+                .permissions()
+                .mode()
+                & 0o7777,
+            0o700
+        );
+        fs::write(root.path("/etc/file"), "").unwrap();
+        let e = w
+            .ensure_dir(&DirSpec::new("/etc/file", 0o755))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("/etc/file") && e.contains("not a directory"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn remove_is_idempotent() {
+        let (_d, root, l) = setup();
+        let w = Writer::new(&root, &l);
+        w.write(&FileSpec::new("/etc/x", "a", 0o644)).unwrap();
+        assert!(w.remove(Path::new("/etc/x")).unwrap());
+        assert!(!w.remove(Path::new("/etc/x")).unwrap());
+    }
+}

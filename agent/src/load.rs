@@ -1,0 +1,36 @@
+//! Loading what a pass needs: the host, then the settings.
+
+use crate::config::{self, ConfigError, Settings};
+use crate::host::{Host, HostError};
+use crate::root::Root;
+
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error(transparent)]
+    Host(#[from] HostError),
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+}
+
+/// The hostname: `<root>/etc/hostname` when present (a node's static name), else the kernel's.
+pub fn hostname(root: &Root) -> String {
+    std::fs::read_to_string(root.path("/etc/hostname"))
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .or_else(|| {
+            nix::unistd::gethostname()
+                .ok()
+                .and_then(|h| h.into_string().ok())
+        })
+        .unwrap_or_else(|| "localhost".into())
+}
+
+pub fn host(root: &Root) -> Result<Host, LoadError> {
+    Ok(Host::detect(root)?)
+}
+
+pub fn settings(root: &Root, host: &Host) -> Result<Settings, LoadError> {
+    let merged = config::load(root)?;
+    Ok(Settings::validate(&merged, host, &hostname(root))?)
+}

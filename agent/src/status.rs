@@ -1,0 +1,269 @@
+//! What `nodectl status` shows, as one serializable value (the `--json` schema, documented in
+//! docs/status.md) and as text for people.
+
+use std::fmt::Write as _;
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::Settings;
+use crate::engine::{Report, StepState};
+use crate::host::Host;
+
+/// Bumped only on incompatible changes; fields may be added without a bump.
+pub const SCHEMA_VERSION: u32 = 1;
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Status {
+    pub schema_version: u32,
+    /// `daemon`: read from nodectld over D-Bus. `disk`: nodectld is not reachable; this
+    /// `nodectl` observed the node itself (nothing was changed).
+    pub source: String,
+    pub daemon: Daemon,
+    pub host: Option<HostStatus>,
+    /// The error that stops the agent from loading its settings (file, key, expected).
+    pub config_error: Option<String>,
+    pub settings: Option<Settings>,
+    pub steps: Vec<crate::engine::StepReport>,
+    /// What the node waits for from outside.
+    pub waiting_for: Vec<String>,
+    pub systemd_calls: Option<nodectl_units::systemd::CallCounts>,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Daemon {
+    pub running: bool,
+    /// `starting`, `converging`, `ready` or `stopping`; why it is not running otherwise.
+    pub state: String,
+    /// READY=1 was sent: the first pass is done or the agent waits on outside input.
+    pub ready: bool,
+    pub pid: Option<u32>,
+    /// The sd_notify STATUS= line.
+    pub status_line: String,
+    pub passes: u64,
+    pub last_pass: Option<Pass>,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Pass {
+    /// Unix time, seconds.
+    pub finished_at: u64,
+    pub duration_ms: u64,
+    /// `startup`, `sighup`, `config-change`, `input-change`, `dbus`, `resync`.
+    pub trigger: String,
+    pub changes_applied: usize,
+    pub failed_steps: Vec<String>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct HostStatus {
+    #[serde(flatten)]
+    pub host: Host,
+    /// Whether labels are written, and why not when they are not.
+    pub labels_applied: bool,
+    pub labels_skipped_reason: Option<String>,
+}
+
+impl HostStatus {
+    pub fn new(host: &Host, labeler: &nodectl_selinux::Labeler) -> Self {
+        HostStatus {
+            host: host.clone(),
+            labels_applied: labeler.skipped().is_none(),
+            labels_skipped_reason: labeler.skipped().map(|r| r.to_string()),
+        }
+    }
+}
+
+impl Status {
+    pub fn set_report(&mut self, report: &Report) {
+        self.waiting_for = report.waiting_for();
+        self.steps = report.steps.clone();
+    }
+
+    /// The one-line summary used for sd_notify STATUS=.
+    pub fn summary(report: &Report) -> String {
+        let failed = report.failed();
+        if !failed.is_empty() {
+            let ids: Vec<&str> = failed.iter().map(|s| s.id.as_str()).collect();
+            return format!("failed: {}", ids.join(", "));
+        }
+        let waiting = report.waiting_for();
+        if !waiting.is_empty() {
+            return format!("waiting for {}", waiting.join("; "));
+        }
+        if report.all_done() {
+            "node converged".into()
+        } else {
+            "converging".into()
+        }
+    }
+
+    pub fn render(&self) -> String {
+        let mut o = String::new();
+        let d = &self.daemon;
+        if d.running {
+            let _ = writeln!(
+                o,
+                "● nodectld: {}{} (pid {})",
+                d.state,
+                if d.ready { ", ready" } else { "" },
+                d.pid.map_or("?".into(), |p| p.to_string())
+            );
+            let _ = writeln!(o, "    Status: {}", d.status_line);
+            if let Some(p) = &d.last_pass {
+                let ago = now_secs().saturating_sub(p.finished_at);
+                let _ = writeln!(
+                    o,
+                    "  Last pass: {ago}s ago ({}), took {} ms, {} change(s) applied; {} pass(es) since start",
+                    p.trigger, p.duration_ms, p.changes_applied, d.passes
+                );
+            }
+        } else {
+            let _ = writeln!(o, "○ nodectld: not running ({})", d.state);
+            let _ = writeln!(
+                o,
+                "    What follows was observed from disk by this command; nothing was changed."
+            );
+        }
+        if let Some(h) = &self.host {
+            let _ = writeln!(o, "       Host: {} ({})", h.host.name, os_label(&h.host));
+            let se = &h.host.selinux;
+            let mode = serde_json::to_value(se.mode)
+                .ok()
+                .and_then(|v| v.as_str().map(String::from))
+                .unwrap_or_default();
+            let mut line = mode.to_string();
+            if se.mls {
+                line.push_str(", MLS/MCS");
+            }
+            if let Some(p) = &se.policy {
+                let _ = write!(line, ", policy {p}");
+            }
+            match &h.labels_skipped_reason {
+                None => line.push_str("; labels applied"),
+                Some(r) => {
+                    let _ = write!(line, "; labels skipped: {r}");
+                }
+            }
+            let _ = writeln!(o, "    SELinux: {line}");
+        }
+        if let Some(s) = &self.settings {
+            let _ = writeln!(
+                o,
+                "       Node: {} {}, kubelet {} via {:?}, network {:?}",
+                format!("{:?}", s.role).to_lowercase(),
+                s.node_name,
+                s.kubelet_image,
+                s.runtime,
+                s.network
+            );
+            let files: Vec<String> = s.files.iter().map(|f| f.display().to_string()).collect();
+            let _ = writeln!(
+                o,
+                "     Config: {}",
+                if files.is_empty() {
+                    "(no files)".into()
+                } else {
+                    files.join(", ")
+                }
+            );
+        }
+        if let Some(e) = &self.config_error {
+            let _ = writeln!(o, "     Config: ERROR {e}");
+        }
+        if !self.steps.is_empty() {
+            o.push('\n');
+            o.push_str(&render_steps(&self.steps));
+        }
+        o
+    }
+}
+
+/// The step table: one line a step with its state and detail.
+pub fn render_steps(steps: &[crate::engine::StepReport]) -> String {
+    let mut o = String::new();
+    {
+        {
+            let _ = writeln!(o, "Steps:");
+            let w = steps.iter().map(|s| s.id.len()).max().unwrap_or(0);
+            for s in steps {
+                let (mark, text) = match &s.state {
+                    StepState::Converged { detail } => ("✓", detail.clone()),
+                    StepState::Applied { changes } => {
+                        ("✓", format!("applied {} change(s)", changes.len()))
+                    }
+                    StepState::Pending { changes } => (
+                        "→",
+                        changes
+                            .iter()
+                            .map(|c| c.what.clone())
+                            .collect::<Vec<_>>()
+                            .join("; "),
+                    ),
+                    StepState::Waiting { waiting_for } => {
+                        ("…", format!("waiting for {waiting_for}"))
+                    }
+                    StepState::Blocked { blocked_by } => {
+                        ("·", format!("after {}", blocked_by.join(", ")))
+                    }
+                    StepState::Failed { error } => ("✗", error.clone()),
+                };
+                let _ = writeln!(o, "  {mark} {:w$}  {:9}  {text}", s.id, s.state.name());
+            }
+        }
+    }
+    o
+}
+
+fn os_label(h: &Host) -> &'static str {
+    match h.os {
+        crate::host::Os::FedoraCoreos => "Fedora CoreOS",
+        crate::host::Os::Flatcar => "Flatcar",
+        crate::host::Os::ContainerLinux => "Container Linux (end-of-life)",
+        crate::host::Os::Generic => "generic systemd host",
+    }
+}
+
+pub fn now_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// Prints a plan for people: changes first, then what waits or is blocked.
+pub fn render_plan(report: &Report, heading: &str) -> String {
+    let mut o = String::new();
+    let _ = writeln!(o, "{heading}");
+    for s in &report.steps {
+        match &s.state {
+            StepState::Pending { changes } => {
+                let _ = writeln!(o, "  {} ({}):", s.id, s.description);
+                for c in changes {
+                    let _ = writeln!(o, "    + {}  [{}]", c.what, c.why);
+                }
+            }
+            StepState::Failed { error } => {
+                let _ = writeln!(o, "  {}: cannot plan: {error}", s.id);
+            }
+            _ => {}
+        }
+    }
+    for s in &report.steps {
+        match &s.state {
+            StepState::Waiting { waiting_for } => {
+                let _ = writeln!(o, "  {}: waiting for {waiting_for}", s.id);
+            }
+            StepState::Blocked { blocked_by } => {
+                let _ = writeln!(o, "  {}: after {}", s.id, blocked_by.join(", "));
+            }
+            _ => {}
+        }
+    }
+    let n = report.pending_changes();
+    if n == 0 {
+        let _ = writeln!(o, "No changes.");
+    } else {
+        let _ = writeln!(o, "{n} change(s) pending.");
+    }
+    o
+}
