@@ -335,3 +335,139 @@ async fn apply_one(step: &dyn Step, cx: &Cx) -> StepState {
         other => observed(other, true),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures_util::FutureExt;
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::Arc;
+
+    /// A step that needs `applies_needed` applies to converge, or waits forever.
+    struct Fake {
+        id: &'static str,
+        deps: &'static [&'static str],
+        todo: Arc<AtomicU32>,
+        waiting: bool,
+        applies: Arc<AtomicU32>,
+        broken_apply: bool,
+    }
+
+    fn fake(id: &'static str, deps: &'static [&'static str], todo: u32) -> Fake {
+        Fake {
+            id,
+            deps,
+            todo: Arc::new(AtomicU32::new(todo)),
+            waiting: false,
+            applies: Arc::default(),
+            broken_apply: false,
+        }
+    }
+
+    impl Step for Fake {
+        fn id(&self) -> &'static str {
+            self.id
+        }
+        fn description(&self) -> &'static str {
+            "fake"
+        }
+        fn deps(&self) -> &'static [&'static str] {
+            self.deps
+        }
+        fn observe<'a>(&'a self, _cx: &'a Cx) -> BoxFuture<'a, anyhow::Result<Observation>> {
+            async move {
+                Ok(if self.waiting {
+                    Observation::Waiting("input".into())
+                } else if self.todo.load(Ordering::SeqCst) == 0 {
+                    Observation::Converged("ok".into())
+                } else {
+                    Observation::Changes(vec![Change::new(format!("fix {}", self.id), "test")])
+                })
+            }
+            .boxed()
+        }
+        fn apply<'a>(&'a self, _cx: &'a Cx) -> BoxFuture<'a, anyhow::Result<()>> {
+            async move {
+                self.applies.fetch_add(1, Ordering::SeqCst);
+                if !self.broken_apply {
+                    self.todo.store(0, Ordering::SeqCst);
+                }
+                Ok(())
+            }
+            .boxed()
+        }
+    }
+
+    fn cx() -> (tempfile::TempDir, Cx) {
+        let d = tempfile::tempdir().unwrap();
+        let root = crate::root::Root::new(d.path());
+        let mut m = crate::config::Merged::default();
+        let f = std::path::Path::new("/etc/nodectl/config.d/10.toml");
+        m.add(crate::config::Fragment::parse("[node]\nrole = \"worker\"\n", f).unwrap(), f);
+        let host = crate::host::Host::generic();
+        let settings = crate::config::Settings::validate(&m, &host, "n1").unwrap();
+        let sd = nodectl_units::systemd::Systemd::Offline(nodectl_units::systemd::Offline::new(d.path()));
+        (d, Cx::new(root, host, settings, sd))
+    }
+
+    #[test]
+    fn orders_by_dependencies_and_rejects_bad_graphs() {
+        let e = Engine::new(vec![
+            Box::new(fake("c", &["b"], 0)),
+            Box::new(fake("a", &[], 0)),
+            Box::new(fake("b", &["a"], 0)),
+        ])
+        .unwrap();
+        assert_eq!(e.step_ids(), vec!["a", "b", "c"]);
+        let cyc = Engine::new(vec![Box::new(fake("a", &["b"], 0)), Box::new(fake("b", &["a"], 0))]);
+        assert!(matches!(cyc, Err(GraphError::Cycle(_))));
+        let unknown = Engine::new(vec![Box::new(fake("a", &["zz"], 0))]);
+        assert_eq!(
+            unknown.err().unwrap().to_string(),
+            "step a depends on unknown step zz"
+        );
+        let dup = Engine::new(vec![Box::new(fake("a", &[], 0)), Box::new(fake("a", &[], 0))]);
+        assert!(matches!(dup, Err(GraphError::Duplicate(_))));
+    }
+
+    #[tokio::test]
+    async fn plan_has_no_side_effects_and_apply_converges() {
+        let (_d, cx) = cx();
+        let a = fake("a", &[], 1);
+        let applies = a.applies.clone();
+        let e = Engine::new(vec![Box::new(a), Box::new(fake("b", &["a"], 1))]).unwrap();
+        let plan = e.plan(&cx).await;
+        assert_eq!(plan.pending_changes(), 2);
+        assert_eq!(applies.load(Ordering::SeqCst), 0, "plan applied something");
+        let r = e.apply(&cx).await;
+        assert!(r.all_done(), "{r:?}");
+        assert_eq!(e.plan(&cx).await.pending_changes(), 0);
+        e.apply(&cx).await;
+        assert_eq!(applies.load(Ordering::SeqCst), 1, "a converged step was applied again");
+    }
+
+    #[tokio::test]
+    async fn waiting_blocks_dependents_and_failed_convergence_is_reported() {
+        let (_d, cx) = cx();
+        let mut w = fake("input", &[], 0);
+        w.waiting = true;
+        let after = fake("after", &["input"], 1);
+        let after_applies = after.applies.clone();
+        let mut broken = fake("broken", &[], 1);
+        broken.broken_apply = true;
+        let e = Engine::new(vec![Box::new(w), Box::new(after), Box::new(broken)]).unwrap();
+        let r = e.apply(&cx).await;
+        let state = |id: &str| r.steps.iter().find(|s| s.id == id).unwrap().state.clone();
+        assert_eq!(state("input"), StepState::Waiting { waiting_for: "input".into() });
+        assert_eq!(state("after"), StepState::Blocked { blocked_by: vec!["input".into()] });
+        assert_eq!(after_applies.load(Ordering::SeqCst), 0);
+        match state("broken") {
+            StepState::Failed { error } => assert!(error.contains("did not converge"), "{error}"),
+            s => panic!("{s:?}"),
+        }
+        assert_eq!(r.waiting_for(), vec!["input: input".to_string()]);
+        assert_eq!(Status::summary(&r), "failed: broken");
+    }
+
+    use crate::status::Status;
+}

@@ -112,10 +112,12 @@ impl KubeletSpec {
     /// kubelet.service. The image is `${KUBELET_IMAGE}`, set by [`Self::image_dropin`] or by an
     /// operator's drop-in.
     pub fn unit(&self) -> String {
+        // nodectld is Type=notify and READY only after its first pass: at boot, kubelet starts
+        // after nodectld has put files, labels and credentials in place.
         let unit = Section::new("Unit")
             .set("Description", "Kubelet (System Container)")
-            .set("Documentation", "https://github.com/nodectl/nodectl")
-            .set("Wants", "rpc-statd.service");
+            .set("Wants", "rpc-statd.service")
+            .set("After", "nodectld.service");
         let unit = match self.runtime {
             Runtime::Podman => unit,
             Runtime::Docker => unit
@@ -232,6 +234,7 @@ mod tests {
         assert!(u.contains("--volume /etc/kubernetes:/etc/kubernetes:ro,z"));
         assert!(u.contains("--volume /var/lib/kubelet:/var/lib/kubelet:rshared,z"));
         assert!(u.contains("Delegate=yes") && u.contains("Restart=always"));
+        assert!(u.contains("After=nodectld.service"), "kubelet must wait for nodectld at boot");
         let mut s = spec(Runtime::Podman, Role::Worker);
         s.selinux = false;
         let u = s.unit();

@@ -1,0 +1,161 @@
+//! Tier 1: the real nodectld against a scratch root, serving org.nodectl.Agent1 on a private
+//! dbus-daemon (standing in for the system bus). It wakes on inotify events and SIGHUP, never by
+//! polling, and exits cleanly on SIGTERM.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use nodectl::dbus::Agent1Proxy;
+
+struct Bus {
+    child: Child,
+    address: String,
+}
+
+impl Bus {
+    fn start() -> Bus {
+        let mut child = Command::new("dbus-daemon")
+            .args(["--session", "--nofork", "--print-address=1"])
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("dbus-daemon (Debian package dbus) is needed for this test");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        Bus {
+            child,
+            address: line.trim().to_string(),
+        }
+    }
+}
+
+impl Drop for Bus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+struct Daemon(Child);
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start_daemon(root: &Path, bus: &Bus) -> Daemon {
+    Daemon(
+        Command::new(env!("CARGO_BIN_EXE_nodectld"))
+            .arg("--root")
+            .arg(root)
+            .args(["--debounce-ms", "50"])
+            .env("DBUS_SYSTEM_BUS_ADDRESS", &bus.address)
+            .env_remove("JOURNAL_STREAM")
+            .env_remove("NOTIFY_SOCKET")
+            .spawn()
+            .unwrap(),
+    )
+}
+
+async fn status(bus: &Bus) -> Option<serde_json::Value> {
+    let conn = zbus::connection::Builder::address(bus.address.as_str())
+        .build()
+        .await
+        .ok()?;
+    let agent = Agent1Proxy::new(&conn).await.ok()?;
+    let json = agent.get_status().await.ok()?;
+    serde_json::from_str(&json).ok()
+}
+
+/// Waits (up to 10 s) until the daemon's status satisfies `pred`.
+async fn until(bus: &Bus, what: &str, pred: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = status(bus).await {
+            if pred(&v) {
+                return v;
+            }
+            if start.elapsed() > Duration::from_secs(10) {
+                panic!("timed out waiting for {what}; last status: {v:#}");
+            }
+        } else if start.elapsed() > Duration::from_secs(10) {
+            panic!("timed out waiting for {what}: no status on the bus");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn step_state(v: &serde_json::Value, id: &str) -> String {
+    v["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["id"] == id)
+        .map(|s| s["state"].as_str().unwrap().to_string())
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn daemon_serves_status_and_wakes_on_events() {
+    let bus = Bus::start();
+    let d = tempfile::tempdir().unwrap();
+    let root = d.path();
+    std::fs::create_dir_all(root.join("etc/nodectl/config.d")).unwrap();
+    std::fs::write(root.join("etc/os-release"), "ID=debian\nPRETTY_NAME=\"Debian 12\"\n").unwrap();
+    std::fs::write(root.join("etc/nodectl/config.d/10-node.toml"), "[node]\nrole = \"worker\"\nname = \"w1\"\n").unwrap();
+    let mut daemon = start_daemon(root, &bus);
+
+    // First pass: ready, waiting for the bootstrap kubeconfig, kubelet not started.
+    let v = until(&bus, "ready", |v| v["daemon"]["ready"] == true).await;
+    assert_eq!(v["source"], "daemon");
+    assert_eq!(v["daemon"]["running"], true);
+    assert_eq!(step_state(&v, "bootstrap-kubeconfig"), "waiting");
+    assert_eq!(step_state(&v, "kubelet-running"), "blocked");
+    assert!(v["daemon"]["status_line"].as_str().unwrap().starts_with("waiting for bootstrap-kubeconfig"), "{v:#}");
+    assert_eq!(v["waiting_for"].as_array().unwrap().len(), 1);
+
+    // The daemon idles: after the first pass (and at most one more, woken by the creation of
+    // /etc/kubernetes, the directory it watches for the kubeconfig), no pass runs without an
+    // event: no polling, and its own writes do not wake it in a loop.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let passes = status(&bus).await.unwrap()["daemon"]["passes"].as_u64().unwrap();
+    assert!(passes <= 2, "{passes} passes at start");
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let idle = status(&bus).await.unwrap();
+    assert_eq!(idle["daemon"]["passes"].as_u64().unwrap(), passes, "passes without events: {idle:#}");
+
+    // Provisioning drops the bootstrap kubeconfig: inotify wakes the daemon, kubelet starts.
+    std::fs::write(root.join("etc/kubernetes/kubeconfig"), "apiVersion: v1\n").unwrap();
+    let v = until(&bus, "kubelet started", |v| step_state(v, "kubelet-running") == "applied" || step_state(v, "kubelet-running") == "converged").await;
+    assert_eq!(v["daemon"]["status_line"], "node converged");
+    assert_eq!(v["systemd_calls"]["start"], 1);
+
+    // A broken config fragment: the daemon reports it (file and key) and keeps running.
+    std::fs::write(root.join("etc/nodectl/config.d/20-bad.toml"), "[kubelet]\nimgae = \"x\"\n").unwrap();
+    let v = until(&bus, "config error", |v| !v["config_error"].is_null()).await;
+    let e = v["config_error"].as_str().unwrap();
+    assert!(e.contains("20-bad.toml") && e.contains("kubelet.imgae") && e.contains("did you mean `image`"), "{e}");
+    std::fs::remove_file(root.join("etc/nodectl/config.d/20-bad.toml")).unwrap();
+    until(&bus, "config fixed", |v| v["config_error"].is_null() && v["daemon"]["status_line"] == "node converged").await;
+
+    // SIGHUP runs a pass.
+    let before = status(&bus).await.unwrap()["daemon"]["passes"].as_u64().unwrap();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(daemon.0.id() as i32), nix::sys::signal::SIGHUP).unwrap();
+    let v = until(&bus, "sighup pass", |v| v["daemon"]["passes"].as_u64().unwrap() > before).await;
+    assert_eq!(v["daemon"]["last_pass"]["trigger"], "sighup");
+
+    // SIGTERM: clean exit.
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(daemon.0.id() as i32), nix::sys::signal::SIGTERM).unwrap();
+    let start = Instant::now();
+    loop {
+        if let Some(st) = daemon.0.try_wait().unwrap() {
+            assert!(st.success(), "nodectld exit: {st:?}");
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(5), "nodectld did not exit on SIGTERM");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
