@@ -403,10 +403,15 @@ mod tests {
         let root = crate::root::Root::new(d.path());
         let mut m = crate::config::Merged::default();
         let f = std::path::Path::new("/etc/nodectl/config.d/10.toml");
-        m.add(crate::config::Fragment::parse("[node]\nrole = \"worker\"\n", f).unwrap(), f);
+        m.add(
+            crate::config::Fragment::parse("[node]\nrole = \"worker\"\n", f).unwrap(),
+            f,
+        );
         let host = crate::host::Host::generic();
         let settings = crate::config::Settings::validate(&m, &host, "n1").unwrap();
-        let sd = nodectl_units::systemd::Systemd::Offline(nodectl_units::systemd::Offline::new(d.path()));
+        let sd = nodectl_units::systemd::Systemd::Offline(nodectl_units::systemd::Offline::new(
+            d.path(),
+        ));
         (d, Cx::new(root, host, settings, sd))
     }
 
@@ -419,14 +424,20 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(e.step_ids(), vec!["a", "b", "c"]);
-        let cyc = Engine::new(vec![Box::new(fake("a", &["b"], 0)), Box::new(fake("b", &["a"], 0))]);
+        let cyc = Engine::new(vec![
+            Box::new(fake("a", &["b"], 0)),
+            Box::new(fake("b", &["a"], 0)),
+        ]);
         assert!(matches!(cyc, Err(GraphError::Cycle(_))));
         let unknown = Engine::new(vec![Box::new(fake("a", &["zz"], 0))]);
         assert_eq!(
             unknown.err().unwrap().to_string(),
             "step a depends on unknown step zz"
         );
-        let dup = Engine::new(vec![Box::new(fake("a", &[], 0)), Box::new(fake("a", &[], 0))]);
+        let dup = Engine::new(vec![
+            Box::new(fake("a", &[], 0)),
+            Box::new(fake("a", &[], 0)),
+        ]);
         assert!(matches!(dup, Err(GraphError::Duplicate(_))));
     }
 
@@ -443,7 +454,11 @@ mod tests {
         assert!(r.all_done(), "{r:?}");
         assert_eq!(e.plan(&cx).await.pending_changes(), 0);
         e.apply(&cx).await;
-        assert_eq!(applies.load(Ordering::SeqCst), 1, "a converged step was applied again");
+        assert_eq!(
+            applies.load(Ordering::SeqCst),
+            1,
+            "a converged step was applied again"
+        );
     }
 
     #[tokio::test]
@@ -458,8 +473,18 @@ mod tests {
         let e = Engine::new(vec![Box::new(w), Box::new(after), Box::new(broken)]).unwrap();
         let r = e.apply(&cx).await;
         let state = |id: &str| r.steps.iter().find(|s| s.id == id).unwrap().state.clone();
-        assert_eq!(state("input"), StepState::Waiting { waiting_for: "input".into() });
-        assert_eq!(state("after"), StepState::Blocked { blocked_by: vec!["input".into()] });
+        assert_eq!(
+            state("input"),
+            StepState::Waiting {
+                waiting_for: "input".into()
+            }
+        );
+        assert_eq!(
+            state("after"),
+            StepState::Blocked {
+                blocked_by: vec!["input".into()]
+            }
+        );
         assert_eq!(after_applies.load(Ordering::SeqCst), 0);
         match state("broken") {
             StepState::Failed { error } => assert!(error.contains("did not converge"), "{error}"),

@@ -105,7 +105,11 @@ impl Status {
                 o,
                 "● nodectld: {}{} (pid {})",
                 d.state,
-                if d.ready { ", ready" } else { "" },
+                if d.ready && d.state != "ready" {
+                    " (READY sent)"
+                } else {
+                    ""
+                },
                 d.pid.map_or("?".into(), |p| p.to_string())
             );
             let _ = writeln!(o, "    Status: {}", d.status_line);

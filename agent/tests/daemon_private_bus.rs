@@ -22,7 +22,9 @@ impl Bus {
             .spawn()
             .expect("dbus-daemon (Debian package dbus) is needed for this test");
         let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
         Bus {
             child,
             address: line.trim().to_string(),
@@ -71,7 +73,11 @@ async fn status(bus: &Bus) -> Option<serde_json::Value> {
 }
 
 /// Waits (up to 10 s) until the daemon's status satisfies `pred`.
-async fn until(bus: &Bus, what: &str, pred: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
+async fn until(
+    bus: &Bus,
+    what: &str,
+    pred: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
     let start = Instant::now();
     loop {
         if let Some(v) = status(bus).await {
@@ -104,8 +110,16 @@ async fn daemon_serves_status_and_wakes_on_events() {
     let d = tempfile::tempdir().unwrap();
     let root = d.path();
     std::fs::create_dir_all(root.join("etc/nodectl/config.d")).unwrap();
-    std::fs::write(root.join("etc/os-release"), "ID=debian\nPRETTY_NAME=\"Debian 12\"\n").unwrap();
-    std::fs::write(root.join("etc/nodectl/config.d/10-node.toml"), "[node]\nrole = \"worker\"\nname = \"w1\"\n").unwrap();
+    std::fs::write(
+        root.join("etc/os-release"),
+        "ID=debian\nPRETTY_NAME=\"Debian 12\"\n",
+    )
+    .unwrap();
+    std::fs::write(
+        root.join("etc/nodectl/config.d/10-node.toml"),
+        "[node]\nrole = \"worker\"\nname = \"w1\"\n",
+    )
+    .unwrap();
     let mut daemon = start_daemon(root, &bus);
 
     // First pass: ready, waiting for the bootstrap kubeconfig, kubelet not started.
@@ -114,48 +128,92 @@ async fn daemon_serves_status_and_wakes_on_events() {
     assert_eq!(v["daemon"]["running"], true);
     assert_eq!(step_state(&v, "bootstrap-kubeconfig"), "waiting");
     assert_eq!(step_state(&v, "kubelet-running"), "blocked");
-    assert!(v["daemon"]["status_line"].as_str().unwrap().starts_with("waiting for bootstrap-kubeconfig"), "{v:#}");
+    assert!(
+        v["daemon"]["status_line"]
+            .as_str()
+            .unwrap()
+            .starts_with("waiting for bootstrap-kubeconfig"),
+        "{v:#}"
+    );
     assert_eq!(v["waiting_for"].as_array().unwrap().len(), 1);
 
     // The daemon idles: after the first pass (and at most one more, woken by the creation of
     // /etc/kubernetes, the directory it watches for the kubeconfig), no pass runs without an
     // event: no polling, and its own writes do not wake it in a loop.
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let passes = status(&bus).await.unwrap()["daemon"]["passes"].as_u64().unwrap();
+    let passes = status(&bus).await.unwrap()["daemon"]["passes"]
+        .as_u64()
+        .unwrap();
     assert!(passes <= 2, "{passes} passes at start");
     tokio::time::sleep(Duration::from_millis(1000)).await;
     let idle = status(&bus).await.unwrap();
-    assert_eq!(idle["daemon"]["passes"].as_u64().unwrap(), passes, "passes without events: {idle:#}");
+    assert_eq!(
+        idle["daemon"]["passes"].as_u64().unwrap(),
+        passes,
+        "passes without events: {idle:#}"
+    );
 
     // Provisioning drops the bootstrap kubeconfig: inotify wakes the daemon, kubelet starts.
     std::fs::write(root.join("etc/kubernetes/kubeconfig"), "apiVersion: v1\n").unwrap();
-    let v = until(&bus, "kubelet started", |v| step_state(v, "kubelet-running") == "applied" || step_state(v, "kubelet-running") == "converged").await;
+    let v = until(&bus, "kubelet started", |v| {
+        step_state(v, "kubelet-running") == "applied"
+            || step_state(v, "kubelet-running") == "converged"
+    })
+    .await;
     assert_eq!(v["daemon"]["status_line"], "node converged");
     assert_eq!(v["systemd_calls"]["start"], 1);
 
     // A broken config fragment: the daemon reports it (file and key) and keeps running.
-    std::fs::write(root.join("etc/nodectl/config.d/20-bad.toml"), "[kubelet]\nimgae = \"x\"\n").unwrap();
+    std::fs::write(
+        root.join("etc/nodectl/config.d/20-bad.toml"),
+        "[kubelet]\nimgae = \"x\"\n",
+    )
+    .unwrap();
     let v = until(&bus, "config error", |v| !v["config_error"].is_null()).await;
     let e = v["config_error"].as_str().unwrap();
-    assert!(e.contains("20-bad.toml") && e.contains("kubelet.imgae") && e.contains("did you mean `image`"), "{e}");
+    assert!(
+        e.contains("20-bad.toml")
+            && e.contains("kubelet.imgae")
+            && e.contains("did you mean `image`"),
+        "{e}"
+    );
     std::fs::remove_file(root.join("etc/nodectl/config.d/20-bad.toml")).unwrap();
-    until(&bus, "config fixed", |v| v["config_error"].is_null() && v["daemon"]["status_line"] == "node converged").await;
+    until(&bus, "config fixed", |v| {
+        v["config_error"].is_null() && v["daemon"]["status_line"] == "node converged"
+    })
+    .await;
 
     // SIGHUP runs a pass.
-    let before = status(&bus).await.unwrap()["daemon"]["passes"].as_u64().unwrap();
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(daemon.0.id() as i32), nix::sys::signal::SIGHUP).unwrap();
-    let v = until(&bus, "sighup pass", |v| v["daemon"]["passes"].as_u64().unwrap() > before).await;
+    let before = status(&bus).await.unwrap()["daemon"]["passes"]
+        .as_u64()
+        .unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(daemon.0.id() as i32),
+        nix::sys::signal::SIGHUP,
+    )
+    .unwrap();
+    let v = until(&bus, "sighup pass", |v| {
+        v["daemon"]["passes"].as_u64().unwrap() > before
+    })
+    .await;
     assert_eq!(v["daemon"]["last_pass"]["trigger"], "sighup");
 
     // SIGTERM: clean exit.
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(daemon.0.id() as i32), nix::sys::signal::SIGTERM).unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(daemon.0.id() as i32),
+        nix::sys::signal::SIGTERM,
+    )
+    .unwrap();
     let start = Instant::now();
     loop {
         if let Some(st) = daemon.0.try_wait().unwrap() {
             assert!(st.success(), "nodectld exit: {st:?}");
             break;
         }
-        assert!(start.elapsed() < Duration::from_secs(5), "nodectld did not exit on SIGTERM");
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "nodectld did not exit on SIGTERM"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }

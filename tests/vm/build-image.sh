@@ -16,7 +16,7 @@ MIRROR=${MIRROR:-http://deb.debian.org/debian}
 DISK_SIZE=${DISK_SIZE:-4G}
 R=$VM_CACHE/rootfs
 # podman and friends for the kubelet tier; auditd so AVC denials land in audit.log.
-PKGS=systemd,systemd-sysv,udev,dbus,linux-image-amd64,initramfs-tools,selinux-basics,selinux-policy-default,policycoreutils,setools,auditd,podman,crun,conmon,netavark,iptables,golang-github-containers-common,iproute2,kmod,busybox-static
+PKGS=systemd,systemd-sysv,udev,dbus,linux-image-amd64,initramfs-tools,selinux-basics,selinux-policy-default,policycoreutils,setools,auditd,podman,crun,conmon,netavark,iptables,golang-github-containers-common,iproute2,kmod,busybox-static,jq
 
 log() { echo "[build-image] $*" >&2; }
 step() { local s=$SECONDS; "$@"; log "$1 took $((SECONDS - s))s"; }

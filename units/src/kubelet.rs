@@ -234,7 +234,10 @@ mod tests {
         assert!(u.contains("--volume /etc/kubernetes:/etc/kubernetes:ro,z"));
         assert!(u.contains("--volume /var/lib/kubelet:/var/lib/kubelet:rshared,z"));
         assert!(u.contains("Delegate=yes") && u.contains("Restart=always"));
-        assert!(u.contains("After=nodectld.service"), "kubelet must wait for nodectld at boot");
+        assert!(
+            u.contains("After=nodectld.service"),
+            "kubelet must wait for nodectld at boot"
+        );
         let mut s = spec(Runtime::Podman, Role::Worker);
         s.selinux = false;
         let u = s.unit();

@@ -1,0 +1,69 @@
+#!/bin/bash
+# Tier 2, inside systemd-nspawn (real systemd PID 1 and system bus; no SELinux, no udev).
+# /test holds: check.sh, nodectld, nodectl, systemd_live (the units crate's live test binary),
+# nodectld.service, org.nodectl.Agent1.conf, worker.toml.
+. /test/check.sh
+export NO_COLOR=1
+
+echo "## D-Bus client against systemd (JobRemoved results, states, signals)"
+check "systemd client live tests" /test/systemd_live --ignored --test-threads=1
+
+echo "## nodectld as a Type=notify unit"
+install -m 0755 /test/nodectld /test/nodectl /usr/local/bin/
+install -m 0644 /test/nodectld.service /etc/systemd/system/nodectld.service
+install -D -m 0644 /test/org.nodectl.Agent1.conf /etc/dbus-1/system.d/org.nodectl.Agent1.conf
+busctl call org.freedesktop.DBus /org/freedesktop/DBus org.freedesktop.DBus ReloadConfig
+install -D -m 0644 /test/worker.toml /etc/nodectl/config.d/10-node.toml
+# kubelet stand-in for this tier (no podman here): an operator drop-in that replaces the command.
+mkdir -p /etc/systemd/system/kubelet.service.d
+printf '[Service]\nExecStartPre=\nExecStart=\nExecStart=/bin/sh -c "test -s /etc/kubernetes/kubeconfig && exec sleep infinity"\nExecStop=\n' \
+  >/etc/systemd/system/kubelet.service.d/90-test-standin.conf
+systemctl daemon-reload
+start=$(date +%s%N)
+check "systemctl start nodectld returns once READY=1 was sent" systemctl start nodectld.service
+echo "  | start took $(( ($(date +%s%N) - start) / 1000000 )) ms"
+expect "nodectld is active" "$(systemctl is-active nodectld.service)" active
+status=$(nodectl status --json)
+expect "status comes from the daemon" "$(jq -r .source <<<"$status")" daemon
+expect "daemon ready" "$(jq -r .daemon.ready <<<"$status")" true
+expect "host is generic" "$(jq -r .host.os <<<"$status")" generic
+expect "selinux absent in nspawn" "$(jq -r .host.selinux.mode <<<"$status")" absent
+expect "waits for the bootstrap kubeconfig" "$(jq -r '.steps[] | select(.id=="bootstrap-kubeconfig") | .state' <<<"$status")" waiting
+expect "kubelet not started before its kubeconfig" "$(systemctl is-active kubelet.service)" inactive
+expect "sd_notify STATUS= says what it waits for" \
+  "$(systemctl show -p StatusText --value nodectld.service | cut -c1-40)" "waiting for bootstrap-kubeconfig: /etc/k"
+expect "kubelet.service enabled over D-Bus" "$(systemctl is-enabled kubelet.service)" enabled
+expect "kubelet ordered after nodectld" "$(systemctl show -p After --value kubelet.service | grep -o nodectld.service)" nodectld.service
+expect "operator drop-in kept, agent drop-in present" \
+  "$(systemctl show -p DropInPaths --value kubelet.service | tr ' ' '\n' | xargs -n1 basename | sort | tr '\n' ' ')" \
+  "00-nodectl-image.conf 90-test-standin.conf "
+human=$(nodectl status)
+printf '%s\n' "$human" | sed 's/^/  | /'
+check "human status names the daemon state" grep -q "nodectld: ready" <<<"$human"
+
+echo "## sequencing: kubelet starts when the bootstrap kubeconfig arrives (inotify, no restart of nodectld)"
+printf 'apiVersion: v1\nkind: Config\n' >/etc/kubernetes/kubeconfig.tmp && mv /etc/kubernetes/kubeconfig.tmp /etc/kubernetes/kubeconfig
+check "kubelet becomes active" wait_until 15 sh -c '[ "$(systemctl is-active kubelet.service)" = active ]'
+check "status says converged" wait_until 10 sh -c 'nodectl status --json | jq -e ".daemon.status_line == \"node converged\""'
+expect "nodectld never restarted" "$(systemctl show -p NRestarts --value nodectld.service)" 0
+
+echo "## root-only Converge; read-only for everyone"
+check "nobody can read status over D-Bus" setpriv --reuid=65534 --regid=65534 --clear-groups nodectl status --json
+out=$(setpriv --reuid=65534 --regid=65534 --clear-groups busctl call org.nodectl.Agent1 /org/nodectl/Agent1 org.nodectl.Agent1 Converge 2>&1)
+check "nobody cannot call Converge" grep -qi "access denied\|AccessDenied" <<<"$out"
+check "root can call Converge" nodectl converge
+
+echo "## SIGHUP and config changes converge again; SIGTERM stops cleanly"
+passes=$(nodectl status --json | jq .daemon.passes)
+systemctl reload nodectld.service
+check "reload (SIGHUP) runs a pass" wait_until 10 sh -c "[ \$(nodectl status --json | jq .daemon.passes) -gt $passes ]"
+printf '[kubelet]\nimage = "quay.io/poseidon/kubelet:v1.36.2"\n' >/etc/nodectl/config.d/20-image.toml
+check "config change rewrites the image drop-in" wait_until 10 grep -q v1.36.2 /etc/systemd/system/kubelet.service.d/00-nodectl-image.conf
+check "kubelet restarted once on the new definition" wait_until 10 sh -c '[ "$(systemctl show -p ActiveState --value kubelet.service)" = active ] && systemctl show -p Environment --value kubelet.service | grep -q v1.36.2'
+check "stop is clean" systemctl stop nodectld.service
+expect "nodectld result after stop" "$(systemctl show -p Result --value nodectld.service)" success
+st=$(nodectl status --json)
+expect "status without the daemon reads the disk" "$(jq -r .source <<<"$st")" disk
+expect "and says the daemon is not running" "$(jq -r .daemon.running <<<"$st")" false
+
+summary nspawn

@@ -1,0 +1,31 @@
+#!/bin/bash
+# run-in-nspawn.sh SCRIPT [FILE...]: boot the test rootfs with systemd-nspawn (systemd PID 1, a
+# system bus; no SELinux, no udev) and run SCRIPT in it as root. Files are copied to /test.
+# Exit status: SCRIPT's (124 timeout, 125 harness error). The rootfs is never modified
+# (--volatile=overlay). Env: VM_CACHE, NSPAWN_TIMEOUT=300, KEEP=1.
+set -euo pipefail
+VM_CACHE=${VM_CACHE:-/var/cache/nodectl-vm}
+R=$VM_CACHE/rootfs
+[ $# -ge 1 ] || { sed -n '2,6p' "$0"; exit 2; }
+script=$1; shift
+[ -x "$R/usr/lib/systemd/systemd" ] || { echo "no rootfs in $R: run tests/vm/build-image.sh" >&2; exit 125; }
+command -v systemd-nspawn >/dev/null || { echo "systemd-nspawn missing: run tests/vm/setup-host.sh" >&2; exit 125; }
+work=$(mktemp -d /tmp/nodectl-nspawn.XXXXXX)
+share=$work/share; mkdir -p "$share"
+install -m 0755 "$script" "$share/run.sh"
+for f in "$@"; do cp -a "$f" "$share/"; done
+set +e
+# The host has no systemd: --register=no --keep-unit. --private-network: links stay inside.
+# "nodectl.test=1" after --boot reaches PID 1 as if on the kernel command line.
+timeout "${NSPAWN_TIMEOUT:-300}" systemd-nspawn -q -D "$R" --volatile=overlay --register=no --keep-unit \
+  --private-network --bind="$share:/test" --machine=nodectl-test --console=pipe \
+  --boot -- nodectl.test=1 >"$work/console.log" 2>&1 </dev/null
+nrc=$?
+set -e
+[ -f "$share/out/output.log" ] && cat "$share/out/output.log"
+rc=125; [ -f "$share/out/rc" ] && rc=$(cat "$share/out/rc"); [ $nrc = 124 ] && rc=124
+if [ "$rc" = 124 ] || [ "$rc" = 125 ]; then
+  echo "---- nspawn_rc=$nrc; console tail:" >&2; tail -40 "$work/console.log" >&2
+fi
+if [ "${KEEP:-0}" = 1 ]; then echo "---- kept $work" >&2; else rm -rf "$work"; fi
+exit "$rc"

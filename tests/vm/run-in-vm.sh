@@ -1,0 +1,45 @@
+#!/bin/bash
+# run-in-vm.sh SCRIPT [FILE...]: boot the test VM (QEMU TCG; SELinux enforcing with MCS, udev,
+# podman) and run SCRIPT in it as root (unconfined_t). Files are copied to /test (a 9p share).
+# Exit status: SCRIPT's (124 timeout, 125 harness error). The disk is attached snapshot=on, so the
+# cached image is never modified. Env: VM_CACHE, VM_MEM=2048, VM_CPUS=2, VM_TIMEOUT=900, KEEP=1.
+# /dev/kvm here is PVM-backed and cannot run a stock kernel: TCG is used.
+set -euo pipefail
+VM_CACHE=${VM_CACHE:-/var/cache/nodectl-vm}
+[ $# -ge 1 ] || { sed -n '2,7p' "$0"; exit 2; }
+script=$1; shift
+for f in vmlinuz initrd.img disk.raw; do
+  [ -f "$VM_CACHE/$f" ] || { echo "missing $VM_CACHE/$f: run tests/vm/build-image.sh" >&2; exit 125; }
+done
+work=$(mktemp -d /tmp/nodectl-vm.XXXXXX)
+share=$work/share; mkdir -p "$share"
+install -m 0755 "$script" "$share/run.sh"
+for f in "$@"; do cp -a "$f" "$share/"; done
+append="root=/dev/vda rw console=ttyS0 security=selinux selinux=1 enforcing=1 nodectl.test=1 panic=-1 quiet loglevel=4 systemd.show_status=0"
+# One NIC on an isolated QEMU hub with no host backend: no traffic leaves the VM.
+set +e
+timeout "${VM_TIMEOUT:-900}" qemu-system-x86_64 -accel tcg,thread=multi,tb-size=512 -cpu max -machine q35 \
+  -m "${VM_MEM:-2048}" -smp "${VM_CPUS:-2}" -display none -monitor none -no-reboot \
+  -kernel "$VM_CACHE/vmlinuz" -initrd "$VM_CACHE/initrd.img" -append "$append" \
+  -drive "file=$VM_CACHE/disk.raw,format=raw,if=virtio,snapshot=on,cache=unsafe" \
+  -virtfs "local,path=$share,mount_tag=testshare,security_model=none,id=testshare" \
+  -netdev hubport,id=n0,hubid=0 -device virtio-net-pci,netdev=n0,mac=52:54:00:12:34:56 \
+  -serial "file:$work/console.log" -serial "file:$work/runner.log" \
+  -object rng-random,filename=/dev/urandom,id=rng0 -device virtio-rng-pci,rng=rng0 2>"$work/qemu.stderr"
+qrc=$?
+set -e
+[ -f "$share/out/output.log" ] && cat "$share/out/output.log"
+rc=125; [ -f "$share/out/rc" ] && rc=$(cat "$share/out/rc"); [ $qrc = 124 ] && rc=124
+{
+  [ -f "$share/out/boot.txt" ] && sed 's/^/---- boot: /' "$share/out/boot.txt"
+  if [ -s "$share/out/avc.log" ]; then
+    echo "---- SELinux: $(grep -c 'permissive=0' "$share/out/avc.log") enforced denials in this boot"
+    grep 'permissive=0' "$share/out/avc.log" | head -20
+  fi
+  if [ "$rc" = 124 ] || [ "$rc" = 125 ]; then
+    echo "---- qemu_rc=$qrc; console tail:"; tail -40 "$work/console.log"; cat "$work/qemu.stderr"
+  fi
+} >&2
+[ -z "${VM_JOURNAL_OUT:-}" ] || cp "$share/out/journal.log" "$VM_JOURNAL_OUT" 2>/dev/null || true
+if [ "${KEEP:-0}" = 1 ]; then echo "---- kept $work" >&2; else rm -rf "$work"; fi
+exit "$rc"

@@ -1,0 +1,127 @@
+//! Tier 2: the D-Bus client against a real systemd (PID 1 in systemd-nspawn). Ignored in
+//! `cargo test`; tests/nspawn runs this binary inside the container with `--ignored`.
+
+use std::time::Duration;
+
+use nodectl_units::systemd::{Client, SystemdError};
+
+const DIR: &str = "/etc/systemd/system";
+
+fn unit(name: &str, body: &str) {
+    std::fs::write(format!("{DIR}/{name}"), body).unwrap();
+}
+
+async fn client() -> Client {
+    Client::system()
+        .await
+        .expect("system bus with systemd on it")
+        .with_job_timeout(Duration::from_secs(30))
+}
+
+#[tokio::test]
+#[ignore = "needs systemd as PID 1 (nspawn tier)"]
+async fn start_restart_stop_report_job_results_and_states() {
+    unit(
+        "nodectl-live-a.service",
+        "[Service]\nExecStart=/bin/sleep infinity\n[Install]\nWantedBy=multi-user.target\n",
+    );
+    unit(
+        "nodectl-live-fail.service",
+        "[Service]\nType=oneshot\nExecStart=/bin/false\n",
+    );
+    let c = client().await;
+    c.reload().await.unwrap();
+
+    let st = c.state("nodectl-live-a.service").await.unwrap();
+    assert_eq!(
+        (st.load.as_str(), st.active.as_str()),
+        ("loaded", "inactive")
+    );
+    assert_eq!(st.unit_file, "disabled");
+
+    c.start("nodectl-live-a.service").await.unwrap();
+    let st = c.state("nodectl-live-a.service").await.unwrap();
+    assert_eq!((st.active.as_str(), st.sub.as_str()), ("active", "running"));
+
+    c.restart("nodectl-live-a.service").await.unwrap();
+    assert_eq!(
+        c.state("nodectl-live-a.service").await.unwrap().active,
+        "active"
+    );
+
+    c.stop("nodectl-live-a.service").await.unwrap();
+    let st = c.state("nodectl-live-a.service").await.unwrap();
+    assert_eq!((st.active.as_str(), st.sub.as_str()), ("inactive", "dead"));
+
+    // A failing job is reported with systemd's job result, not as success.
+    match c.start("nodectl-live-fail.service").await {
+        Err(SystemdError::JobFailed { result, op, .. }) => {
+            assert_eq!((result.as_str(), op), ("failed", "start"))
+        }
+        other => panic!("expected a failed job, got {other:?}"),
+    }
+    let st = c.state("nodectl-live-fail.service").await.unwrap();
+    assert_eq!(
+        (st.active.as_str(), st.result.as_str()),
+        ("failed", "exit-code")
+    );
+
+    c.enable(&["nodectl-live-a.service".into()]).await.unwrap();
+    c.reload().await.unwrap();
+    assert_eq!(
+        c.state("nodectl-live-a.service").await.unwrap().unit_file,
+        "enabled"
+    );
+
+    let calls = c.calls();
+    assert_eq!(
+        (
+            calls.start,
+            calls.restart,
+            calls.stop,
+            calls.reload,
+            calls.enable
+        ),
+        (2, 1, 1, 2, 1)
+    );
+}
+
+#[tokio::test]
+#[ignore = "needs systemd as PID 1 (nspawn tier)"]
+async fn follows_state_changes_by_signal() {
+    // Active for a moment, then it exits by itself: only a PropertiesChanged signal tells.
+    unit(
+        "nodectl-live-brief.service",
+        "[Service]\nExecStart=/bin/sleep 1\n",
+    );
+    let c = client().await;
+    c.reload().await.unwrap();
+    c.start("nodectl-live-brief.service").await.unwrap();
+    let started = std::time::Instant::now();
+    let st = c
+        .wait_for("nodectl-live-brief.service", Duration::from_secs(10), |s| {
+            s.active == "inactive"
+        })
+        .await
+        .unwrap();
+    assert_eq!(st.sub, "dead");
+    assert!(
+        started.elapsed() >= Duration::from_millis(800),
+        "saw inactive too early"
+    );
+
+    // A timeout is an error that names the unit.
+    match c
+        .wait_for(
+            "nodectl-live-brief.service",
+            Duration::from_millis(300),
+            |s| s.active == "active",
+        )
+        .await
+    {
+        Err(SystemdError::JobTimeout { unit, .. }) => {
+            assert_eq!(unit, "nodectl-live-brief.service")
+        }
+        other => panic!("expected a timeout, got {other:?}"),
+    }
+}
