@@ -77,6 +77,12 @@ configure() {
     install -m 0644 "$HERE/guest/container-shim.cil" "$R/usr/local/share/container-shim.cil"
     chroot "$R" semodule -n -X 400 -i /usr/local/share/container-shim.cil
   fi
+  # Test-only: let services in initrc_t answer D-Bus calls from unconfined_t (see the file).
+  if ! cmp -s "$HERE/guest/nodectl-lab.cil" "$R/usr/local/share/nodectl-lab.cil" \
+     || ! chroot "$R" semodule -l 2>/dev/null | grep -qx nodectl-lab; then
+    install -m 0644 "$HERE/guest/nodectl-lab.cil" "$R/usr/local/share/nodectl-lab.cil"
+    chroot "$R" semodule -n -X 400 -i /usr/local/share/nodectl-lab.cil
+  fi
 }
 
 relabel() {
