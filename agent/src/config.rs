@@ -97,6 +97,8 @@ pub struct Fragment {
     pub secrets: SecretsFragment,
     #[serde(default)]
     pub reboot: RebootFragment,
+    #[serde(default)]
+    pub selinux: SelinuxFragment,
 }
 
 #[derive(Debug, Default, Clone, PartialEq, Eq, Deserialize)]
@@ -128,6 +130,11 @@ pub struct SecretsFragment {
 #[derive(Debug, Default, Clone, PartialEq, Eq, Deserialize)]
 pub struct RebootFragment {
     pub strategy: Option<String>,
+}
+
+#[derive(Debug, Default, Clone, PartialEq, Eq, Deserialize)]
+pub struct SelinuxFragment {
+    pub relabel: Option<Vec<String>>,
 }
 
 /// Where a merged value came from, for error messages.
@@ -207,7 +214,7 @@ impl Fragment {
                         format!("unknown key{}", suggest(key, known)),
                     ));
                 };
-                let is_list = matches!(key.as_str(), "labels" | "taints");
+                let is_list = matches!(key.as_str(), "labels" | "taints" | "relabel");
                 let type_ok = if is_list {
                     v.as_array().is_some_and(|a| a.iter().all(|x| x.is_str()))
                 } else {
@@ -258,6 +265,7 @@ impl Merged {
         merge_fields!(self, frag, file, network: provider);
         merge_fields!(self, frag, file, secrets: inbox);
         merge_fields!(self, frag, file, reboot: strategy);
+        merge_fields!(self, frag, file, selinux: relabel);
         self.files.push(file.to_path_buf());
     }
 
@@ -355,6 +363,8 @@ pub struct Settings {
     pub network: Network,
     pub secrets_inbox: PathBuf,
     pub reboot: RebootStrategy,
+    /// Trees kept at their managed labels (read first, written only where they differ).
+    pub relabel: Vec<PathBuf>,
     /// The fragments that made these settings, in merge order.
     pub files: Vec<PathBuf>,
 }
@@ -534,6 +544,15 @@ impl Settings {
             "update-engine" => RebootStrategy::UpdateEngine,
             v => return Err(bad("reboot.strategy", v)),
         };
+        let relabel = f
+            .selinux
+            .relabel
+            .clone()
+            .unwrap_or_else(|| vec!["/etc/kubernetes".into()])
+            .iter()
+            .map(|p| abs_path(p))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| at("selinux.relabel", e))?;
         Ok(Settings {
             role,
             node_name,
@@ -546,6 +565,7 @@ impl Settings {
             network,
             secrets_inbox,
             reboot,
+            relabel,
             files: m.files.clone(),
         })
     }

@@ -14,6 +14,9 @@ pub struct Cx {
     pub settings: Settings,
     pub labeler: Labeler,
     pub systemd: Systemd,
+    /// Set by a step that waits for something to settle (a bundle still being written): the
+    /// daemon runs another pass after this long even without an event.
+    recheck: std::sync::Mutex<Option<std::time::Duration>>,
 }
 
 impl Cx {
@@ -25,7 +28,18 @@ impl Cx {
             settings,
             labeler,
             systemd,
+            recheck: std::sync::Mutex::new(None),
         }
+    }
+
+    /// Asks for another pass within `d` (the shortest request wins).
+    pub fn recheck_in(&self, d: std::time::Duration) {
+        let mut r = self.recheck.lock().expect("recheck lock");
+        *r = Some(r.map_or(d, |x| x.min(d)));
+    }
+
+    pub fn take_recheck(&self) -> Option<std::time::Duration> {
+        self.recheck.lock().expect("recheck lock").take()
     }
 
     pub fn writer(&self) -> Writer<'_> {

@@ -104,7 +104,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         let loaded =
             load::host(&opts.root).and_then(|h| load::settings(&opts.root, &h).map(|s| (h, s)));
         watcher.update(&opts.root, loaded.as_ref().ok().map(|(_, s)| s));
-        pass(
+        let recheck = pass(
             &opts.root, loaded, &engine, &systemd, &shared, trigger, passes,
         )
         .await;
@@ -113,7 +113,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
             t = rx.recv() => t,
             t = watcher.next() => Some(t),
             _ = sighup.recv() => Some(Trigger::Sighup),
-            _ = tokio::time::sleep(opts.resync) => Some(Trigger::Resync),
+            _ = tokio::time::sleep(recheck.unwrap_or(opts.resync)) => Some(Trigger::Resync),
             _ = sigterm.recv() => None,
             _ = sigint.recv() => None,
         };
@@ -146,7 +146,8 @@ async fn pass(
     shared: &Shared,
     trigger: Trigger,
     passes: u64,
-) {
+) -> Option<Duration> {
+    let mut recheck = None;
     shared.status.lock().await.daemon.state = "converging".into();
     let line = match loaded {
         Err(e) => {
@@ -183,6 +184,7 @@ async fn pass(
                 status = %line,
                 "pass finished"
             );
+            recheck = cx.take_recheck();
             let calls = systemd.calls().ok();
             let mut st = shared.status.lock().await;
             st.config_error = None;
@@ -208,6 +210,7 @@ async fn pass(
         st.daemon.status_line = line.clone();
     }
     notify(&[NotifyState::Ready, NotifyState::Status(&line)]);
+    recheck
 }
 
 /// What a watch is for, so unrelated events in a watched directory wake nothing.
@@ -217,6 +220,8 @@ enum Interest {
     ConfigDir,
     /// A parent of a path that does not exist yet: only this entry name.
     Entry(OsString, Trigger),
+    /// An input directory (the secrets inbox): any non-hidden entry.
+    AnyEntry(Trigger),
 }
 
 /// The inotify instance, owning its descriptor for its whole life (what AsyncFd requires).
@@ -263,6 +268,8 @@ impl Watcher {
                 &s.bootstrap_kubeconfig,
                 Trigger::InputChange,
             ));
+            let inbox = Interest::AnyEntry(Trigger::InputChange);
+            want.push(nearest(root, &s.secrets_inbox, inbox, Trigger::InputChange));
         }
         let flags = AddWatchFlags::IN_CREATE
             | AddWatchFlags::IN_MOVED_TO
@@ -326,6 +333,7 @@ impl Watcher {
                             return Trigger::ConfigChange
                         }
                         Interest::Entry(n, t) if *n == name => return *t,
+                        Interest::AnyEntry(t) if !hidden && !name.is_empty() => return *t,
                         _ => {}
                     }
                 }

@@ -282,12 +282,17 @@ impl<'a> Writer<'a> {
             self.create_parents(parent)?;
         }
         let name = real.file_name().unwrap_or_default().to_string_lossy();
-        let tmp = tempfile::Builder::new()
-            .prefix(&format!(".{name}.nodectl-"))
-            .tempfile_in(dir)
-            .map_err(werr(dir, "create temp file"))?;
+        // Born with its final label (setfscreatecon), then owner and mode, all before the first
+        // byte of content.
+        let tmp = self
+            .labeler
+            .create_with(label.as_ref(), &real, || {
+                tempfile::Builder::new()
+                    .prefix(&format!(".{name}.nodectl-"))
+                    .tempfile_in(dir)
+            })
+            .map_err(|e| label_err(dir, e))?;
         let f: &File = tmp.as_file();
-        // Final label, owner and mode before the first byte of content.
         if let Some(l) = &label {
             self.labeler
                 .set_on_fd(f, tmp.path(), l)
@@ -369,13 +374,16 @@ impl<'a> Writer<'a> {
                     self.create_parents(parent)?;
                 }
             }
-            // Created 0700 so nothing can enter before its final metadata is set.
-            fs::DirBuilder::new()
-                .mode(0o700)
-                .create(&real)
-                .map_err(werr(&real, "mkdir"))?;
         }
         let label = self.wanted_label(&spec.path, &spec.label, S_IFDIR);
+        if diff.missing {
+            // Born with its label and 0700, so nothing can enter before its final metadata is set.
+            self.labeler
+                .create_with(label.as_ref(), &real, || {
+                    fs::DirBuilder::new().mode(0o700).create(&real)
+                })
+                .map_err(|e| label_err(&real, e))?;
+        }
         if let Some(l) = &label {
             self.labeler
                 .set_on_path(&real, l)

@@ -4,6 +4,8 @@
 //! (files: [`fsio`], systemd: `nodectl_units::systemd`, the bus: [`dbus`]). Every path goes
 //! through a [`root::Root`]. See docs/architecture.md.
 
+pub mod accounts;
+pub mod bundle;
 pub mod cli;
 pub mod config;
 pub mod context;

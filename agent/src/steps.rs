@@ -1,9 +1,10 @@
 //! The steps that bring a node up, and their dependencies:
 //!
 //! ```text
-//! node-files ───────────────┐
-//! kubelet-unit ─────────────┼──> kubelet-running
-//! bootstrap-kubeconfig ─────┘
+//! node-files ──────────────────────────────┐
+//! kubelet-unit ────────────────────────────┤
+//! secrets ──> relabel ─────────────────────┼──> kubelet-running
+//! secrets ──> bootstrap-kubeconfig ────────┘
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -30,6 +31,8 @@ pub fn engine() -> Engine {
     Engine::new(vec![
         Box::new(NodeFiles),
         Box::new(KubeletUnit),
+        Box::new(Secrets),
+        Box::new(Relabel),
         Box::new(BootstrapKubeconfig),
         Box::new(KubeletRunning),
     ])
@@ -38,7 +41,7 @@ pub fn engine() -> Engine {
 
 /// A set of directories and files a step owns, plus files it removes when it wrote them.
 #[derive(Default)]
-struct FileSet {
+pub(crate) struct FileSet {
     dirs: Vec<DirSpec>,
     files: Vec<FileSpec>,
     /// Files removed when present and carrying [`MANAGED_HEADER`] (never an operator's file).
@@ -353,7 +356,7 @@ impl Step for BootstrapKubeconfig {
         "the bootstrap kubeconfig kubelet needs is present"
     }
     fn deps(&self) -> &'static [&'static str] {
-        &[]
+        &["secrets"]
     }
     fn observe<'a>(&'a self, cx: &'a Cx) -> BoxFuture<'a, anyhow::Result<Observation>> {
         async move {
@@ -388,7 +391,13 @@ impl Step for KubeletRunning {
         "kubelet.service is started (after its files, unit and credentials)"
     }
     fn deps(&self) -> &'static [&'static str] {
-        &["node-files", "kubelet-unit", "bootstrap-kubeconfig"]
+        &[
+            "node-files",
+            "kubelet-unit",
+            "secrets",
+            "relabel",
+            "bootstrap-kubeconfig",
+        ]
     }
     fn observe<'a>(&'a self, cx: &'a Cx) -> BoxFuture<'a, anyhow::Result<Observation>> {
         async move {
@@ -408,6 +417,276 @@ impl Step for KubeletRunning {
         async move {
             cx.systemd.start(kubelet::KUBELET_UNIT).await?;
             Ok(())
+        }
+        .boxed()
+    }
+}
+
+/// How long a bundle must be left alone (no modification) before it is read: a bundle copied in
+/// place (scp) is complete once its writer stopped. Renaming a finished file into the inbox is
+/// always safe.
+pub const BUNDLE_SETTLE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Bootstrap secrets: bundles dropped into the inbox are checked whole, then every file is placed
+/// with its final owner, mode and label through the one atomic write; the bundle is then removed
+/// from the inbox. On a controller, kubelet waits until the control plane's certificates are in
+/// place.
+pub struct Secrets;
+
+impl Secrets {
+    /// Regular, non-hidden files in the inbox, by name (node paths).
+    fn bundles(cx: &Cx) -> anyhow::Result<Vec<PathBuf>> {
+        let inbox = &cx.settings.secrets_inbox;
+        let real = cx.root.path(inbox);
+        let entries = match std::fs::read_dir(&real) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => {
+                return Err(e).with_context(|| format!("reading the inbox {}", real.display()))
+            }
+        };
+        let mut out = Vec::new();
+        for e in entries {
+            let e = e.with_context(|| real.display().to_string())?;
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name.starts_with('.') || !e.file_type()?.is_file() {
+                continue;
+            }
+            out.push(inbox.join(name));
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    /// The files a bundle places, checked whole (nothing is placed from an invalid bundle).
+    fn fileset(cx: &Cx, bundle: &Path) -> anyhow::Result<FileSet> {
+        let real = cx.root.path(bundle);
+        let bytes = std::fs::read(&real).with_context(|| format!("reading {}", real.display()))?;
+        let records = crate::bundle::parse(&bytes, bundle)?;
+        let plan = crate::bundle::plan(
+            &records,
+            crate::bundle::TYPHOON_LAYOUT,
+            cx.settings.role,
+            &cx.settings.bootstrap_kubeconfig,
+            bundle,
+        )?;
+        let owner = |name: &str, what: &Path| {
+            crate::accounts::resolve(&cx.root, name).map_err(|e| {
+                anyhow::anyhow!(
+                    "{}: {e} (owner of {}); nothing was placed",
+                    bundle.display(),
+                    what.display()
+                )
+            })
+        };
+        let mut set = FileSet::default();
+        for d in &plan.dirs {
+            let (uid, gid) = owner(d.owner, &d.dest)?;
+            set.dirs.push(DirSpec {
+                path: d.dest.clone(),
+                mode: d.mode,
+                uid,
+                gid,
+                label: d.label.clone(),
+            });
+        }
+        for f in plan.files {
+            let (uid, gid) = owner(f.owner, &f.dest)?;
+            set.files.push(FileSpec {
+                path: f.dest,
+                content: f.content,
+                mode: f.mode,
+                uid,
+                gid,
+                label: f.label,
+            });
+        }
+        Ok(set)
+    }
+
+    fn settling(cx: &Cx, bundle: &Path) -> bool {
+        std::fs::metadata(cx.root.path(bundle))
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age < BUNDLE_SETTLE)
+    }
+
+    /// On a controller the control plane needs its certificates before kubelet starts.
+    fn controller_ready(cx: &Cx) -> bool {
+        cx.settings.role != Role::Controller || cx.root.path("/etc/kubernetes/pki/ca.crt").exists()
+    }
+}
+
+impl Step for Secrets {
+    fn id(&self) -> &'static str {
+        "secrets"
+    }
+    fn description(&self) -> &'static str {
+        "bootstrap secrets from the inbox, placed with final owner, mode and label"
+    }
+    fn deps(&self) -> &'static [&'static str] {
+        &["node-files"]
+    }
+    fn observe<'a>(&'a self, cx: &'a Cx) -> BoxFuture<'a, anyhow::Result<Observation>> {
+        async move {
+            let bundles = Self::bundles(cx)?;
+            let mut changes = Vec::new();
+            for b in &bundles {
+                if Self::settling(cx, b) {
+                    cx.recheck_in(BUNDLE_SETTLE);
+                    return Ok(Observation::Waiting(format!(
+                        "{} to be completely written (modified less than {}s ago)",
+                        b.display(),
+                        BUNDLE_SETTLE.as_secs()
+                    )));
+                }
+                let set = Self::fileset(cx, b)?;
+                changes.extend(set.changes(cx)?);
+                changes.push(Change::new(
+                    format!("remove {} from the inbox", b.display()),
+                    format!("its {} files are placed", set.files.len()),
+                ));
+            }
+            if !changes.is_empty() {
+                return Ok(Observation::Changes(changes));
+            }
+            if !Self::controller_ready(cx) {
+                return Ok(Observation::Waiting(format!(
+                    "the bootstrap assets bundle in {} (a controller needs /etc/kubernetes/pki)",
+                    cx.settings.secrets_inbox.display()
+                )));
+            }
+            Ok(Observation::Converged(format!(
+                "no bundle pending in {}",
+                cx.settings.secrets_inbox.display()
+            )))
+        }
+        .boxed()
+    }
+    fn apply<'a>(&'a self, cx: &'a Cx) -> BoxFuture<'a, anyhow::Result<()>> {
+        async move {
+            for b in Self::bundles(cx)? {
+                if Self::settling(cx, &b) {
+                    continue;
+                }
+                // Checked whole before anything is written.
+                let set = Self::fileset(cx, &b)?;
+                set.apply(cx)?;
+                tracing::info!(bundle = %b.display(), files = set.files.len(), "bundle placed");
+                cx.writer().remove(&b)?;
+            }
+            Ok(())
+        }
+        .boxed()
+    }
+}
+
+/// Keeps the managed trees (`selinux.relabel`) at their label: shared `container_file_t:s0`.
+pub struct Relabel;
+
+impl Relabel {
+    pub fn label() -> nodectl_selinux::Context {
+        nodectl_selinux::Context::shared_container_file()
+    }
+
+    fn run(cx: &Cx, dry_run: bool) -> Vec<(PathBuf, nodectl_selinux::relabel::Report)> {
+        let want = Self::label();
+        cx.settings
+            .relabel
+            .iter()
+            .filter(|t| cx.root.path(t).exists())
+            .map(|t| {
+                let r = nodectl_selinux::relabel::relabel_tree(
+                    &cx.labeler,
+                    &cx.root.path(t),
+                    |_, _| Some(want.clone()),
+                    dry_run,
+                );
+                (t.clone(), r)
+            })
+            .collect()
+    }
+}
+
+fn relabel_errors(
+    reports: &[(PathBuf, nodectl_selinux::relabel::Report)],
+) -> Option<anyhow::Error> {
+    let errors: Vec<String> = reports
+        .iter()
+        .flat_map(|(_, r)| r.errors.iter())
+        .map(|e| format!("{}: {}", e.path.display(), e.error))
+        .collect();
+    (!errors.is_empty()).then(|| {
+        let shown: Vec<&str> = errors.iter().take(5).map(String::as_str).collect();
+        anyhow::anyhow!(
+            "{} path(s) could not be relabeled: {}{}",
+            errors.len(),
+            shown.join("; "),
+            if errors.len() > 5 { "; ..." } else { "" }
+        )
+    })
+}
+
+impl Step for Relabel {
+    fn id(&self) -> &'static str {
+        "relabel"
+    }
+    fn description(&self) -> &'static str {
+        "managed trees carry their SELinux label (read first, written only where it differs)"
+    }
+    fn deps(&self) -> &'static [&'static str] {
+        &["secrets"]
+    }
+    fn observe<'a>(&'a self, cx: &'a Cx) -> BoxFuture<'a, anyhow::Result<Observation>> {
+        async move {
+            if let Some(why) = cx.labeler.skipped() {
+                return Ok(Observation::Converged(format!("labels skipped: {why}")));
+            }
+            let reports = Self::run(cx, true);
+            if let Some(e) = relabel_errors(&reports) {
+                return Err(e);
+            }
+            let mut changes = Vec::new();
+            let mut examined = 0;
+            for (tree, r) in &reports {
+                examined += r.examined;
+                if r.changed > 0 {
+                    changes.push(Change::new(
+                        format!(
+                            "relabel {} entries under {} to {}",
+                            r.changed,
+                            tree.display(),
+                            Self::label()
+                        ),
+                        format!(
+                            "{} of {} entries carry another label",
+                            r.changed, r.examined
+                        ),
+                    ));
+                }
+            }
+            Ok(if changes.is_empty() {
+                Observation::Converged(format!(
+                    "{examined} entries already labeled {}",
+                    Self::label()
+                ))
+            } else {
+                Observation::Changes(changes)
+            })
+        }
+        .boxed()
+    }
+    fn apply<'a>(&'a self, cx: &'a Cx) -> BoxFuture<'a, anyhow::Result<()>> {
+        async move {
+            let reports = Self::run(cx, false);
+            for (tree, r) in &reports {
+                tracing::info!(tree = %tree.display(), examined = r.examined, changed = r.changed, errors = r.errors.len(), "relabeled");
+            }
+            match relabel_errors(&reports) {
+                Some(e) => Err(e),
+                None => Ok(()),
+            }
         }
         .boxed()
     }

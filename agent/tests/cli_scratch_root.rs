@@ -177,7 +177,7 @@ fn status_without_daemon_reads_disk_and_says_so() {
     assert_eq!(v["host"]["selinux"]["mode"], "absent");
     assert_eq!(v["host"]["labels_applied"], false);
     assert_eq!(v["settings"]["role"], "worker");
-    assert_eq!(v["steps"].as_array().unwrap().len(), 4);
+    assert_eq!(v["steps"].as_array().unwrap().len(), 6);
     let (_, human, _) = nodectl(d.path(), &["status"]);
     assert!(human.contains("nodectld: not running"), "{human}");
     assert!(
@@ -200,4 +200,254 @@ fn container_linux_is_refused() {
         err.contains("end-of-life") && err.contains("Flatcar"),
         "{err}"
     );
+}
+
+const CERT: &str = "-----BEGIN CERTIFICATE-----\nMIIBfake\n-----END CERTIFICATE-----";
+const KEY: &str = "-----BEGIN EC PRIVATE KEY-----\nMHcfake\n-----END EC PRIVATE KEY-----";
+
+fn typhoon_bundle(records: &[(&str, &str)]) -> String {
+    records
+        .iter()
+        .map(|(k, v)| format!("##### {k}\n{v}"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Drops a bundle into the inbox as a finished copy (modified long enough ago to be complete).
+fn drop_bundle(root: &Path, name: &str, text: &str) {
+    let inbox = root.join("var/lib/nodectl/inbox");
+    std::fs::create_dir_all(&inbox).unwrap();
+    let p = inbox.join(name);
+    std::fs::write(&p, text).unwrap();
+    let old = std::time::SystemTime::now() - std::time::Duration::from_secs(10);
+    std::fs::File::options()
+        .write(true)
+        .open(&p)
+        .unwrap()
+        .set_modified(old)
+        .unwrap();
+}
+
+fn mode(p: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p).unwrap().permissions().mode() & 0o7777
+}
+
+fn controller_root() -> tempfile::TempDir {
+    let d = scratch("[node]\nrole = \"controller\"\nname = \"controller-0\"\n");
+    std::fs::write(
+        d.path().join("etc/passwd"),
+        "root:x:0:0::/root:/bin/sh\netcd:x:232:232::/var/lib/etcd:/sbin/nologin\n",
+    )
+    .unwrap();
+    std::fs::write(d.path().join("etc/group"), "root:x:0:\netcd:x:232:\n").unwrap();
+    d
+}
+
+fn controller_bundle() -> String {
+    typhoon_bundle(&[
+        ("tls/etcd/peer.crt", CERT),
+        ("tls/etcd/peer.key", KEY),
+        ("tls/etcd/etcd-client.key", KEY),
+        ("tls/k8s/ca.crt", CERT),
+        ("tls/k8s/ca.key", KEY),
+        (
+            "auth/admin.conf",
+            "apiVersion: v1\nusers:\n- user:\n    client-key-data: Zm9v",
+        ),
+        (
+            "static-manifests/kube-apiserver.yaml",
+            "apiVersion: v1\nkind: Pod",
+        ),
+        (
+            "manifests/coredns/service.yaml",
+            "apiVersion: v1\nkind: Service",
+        ),
+        (
+            "kubelet/kubeconfig",
+            "apiVersion: v1\nusers:\n- user:\n    token: abcdef.0123456789abcdef",
+        ),
+    ])
+}
+
+#[test]
+fn controller_waits_for_its_bundle_then_places_it_and_starts_kubelet() {
+    let d = controller_root();
+    let r = d.path();
+    let (rc, out, _) = nodectl(r, &["apply"]);
+    assert_eq!(rc, 0, "{out}");
+    assert!(
+        out.contains("waiting for the bootstrap assets bundle in /var/lib/nodectl/inbox"),
+        "{out}"
+    );
+    assert_eq!(calls(r)["start"], 0, "kubelet started before the secrets");
+
+    drop_bundle(r, "assets", &controller_bundle());
+    let (rc, out, _) = nodectl(r, &["plan"]);
+    assert_eq!(rc, 0, "{out}");
+    assert!(
+        out.contains("+ write /etc/kubernetes/pki/ca.key (0600)"),
+        "{out}"
+    );
+    assert!(
+        !out.contains("MHcfake") && !out.contains("0123456789abcdef"),
+        "key material in the plan:\n{out}"
+    );
+
+    let (rc, out, _) = nodectl(r, &["apply"]);
+    assert_eq!(rc, 0, "{out}");
+    assert!(out.contains("node converged"), "{out}");
+    assert_eq!(calls(r)["start"], 1);
+    assert_eq!(
+        std::fs::read_to_string(r.join("etc/kubernetes/pki/ca.crt")).unwrap(),
+        format!("{CERT}\n")
+    );
+    assert_eq!(mode(&r.join("etc/kubernetes/pki/ca.key")), 0o600);
+    assert_eq!(mode(&r.join("etc/kubernetes/pki/ca.crt")), 0o644);
+    assert_eq!(mode(&r.join("etc/kubernetes/pki/admin.conf")), 0o600);
+    assert_eq!(mode(&r.join("etc/kubernetes/pki")), 0o700);
+    assert_eq!(mode(&r.join("etc/ssl/etcd/etcd")), 0o700);
+    assert_eq!(mode(&r.join("etc/ssl/etcd/etcd/peer.crt")), 0o600);
+    assert_eq!(mode(&r.join("etc/kubernetes/kubeconfig")), 0o600);
+    assert!(r
+        .join("etc/kubernetes/manifests/kube-apiserver.yaml")
+        .exists());
+    assert!(r
+        .join("opt/bootstrap/assets/manifests/coredns/service.yaml")
+        .exists());
+    assert!(r.join("etc/kubernetes/pki/etcd-client.key").exists());
+    if nix::unistd::geteuid().is_root() {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(r.join("etc/ssl/etcd/etcd/peer.key")).unwrap();
+        assert_eq!((m.uid(), m.gid()), (232, 232), "etcd files belong to etcd");
+    }
+    assert!(
+        !r.join("var/lib/nodectl/inbox/assets").exists(),
+        "the bundle stays in the inbox"
+    );
+
+    // The same bundle again: nothing changes (no file is rewritten).
+    let ino = std::fs::metadata(r.join("etc/kubernetes/pki/ca.key"))
+        .map(|m| std::os::unix::fs::MetadataExt::ino(&m))
+        .unwrap();
+    drop_bundle(r, "assets", &controller_bundle());
+    let (rc, out, _) = nodectl(r, &["plan"]);
+    assert_eq!(rc, 0);
+    assert!(
+        !out.contains("+ write") && !out.contains("+ update"),
+        "{out}"
+    );
+    assert_eq!(nodectl(r, &["apply"]).0, 0);
+    let ino2 = std::fs::metadata(r.join("etc/kubernetes/pki/ca.key"))
+        .map(|m| std::os::unix::fs::MetadataExt::ino(&m))
+        .unwrap();
+    assert_eq!(ino, ino2, "an unchanged file was rewritten");
+    let (rc, out, _) = nodectl(r, &["plan", "--detailed-exitcode"]);
+    assert_eq!(rc, 0, "{out}");
+}
+
+#[test]
+fn bad_bundles_place_nothing_and_say_why() {
+    let bad = [
+        (
+            typhoon_bundle(&[("tls/k8s/ca.crt", CERT), ("../../etc/shadow", "x")]),
+            "escapes the bundle",
+        ),
+        (
+            typhoon_bundle(&[("tls/k8s/ca.crt", CERT), ("tls/k8s/ca.key", &KEY[..30])]),
+            "truncated record",
+        ),
+        (String::new(), "the bundle is empty"),
+        (
+            typhoon_bundle(&[("tls/k8s/ca.crt", CERT), ("what/ever", "x")]),
+            "unknown destination",
+        ),
+    ];
+    for (text, why) in bad {
+        let d = controller_root();
+        let r = d.path();
+        drop_bundle(r, "assets", &text);
+        let (rc, out, _) = nodectl(r, &["apply"]);
+        assert_eq!(rc, 1, "{out}");
+        assert!(
+            out.contains(why) && out.contains("/var/lib/nodectl/inbox/assets"),
+            "{why}: {out}"
+        );
+        assert!(
+            !r.join("etc/kubernetes/pki").exists(),
+            "{why}: something was placed"
+        );
+        assert!(
+            r.join("var/lib/nodectl/inbox/assets").exists(),
+            "a bad bundle is kept for inspection"
+        );
+        let (rc, st, _) = nodectl(r, &["status", "--json"]);
+        assert_eq!(rc, 3);
+        let v: serde_json::Value = serde_json::from_str(&st).unwrap();
+        let secrets = v["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["id"] == "secrets")
+            .unwrap()
+            .clone();
+        assert_eq!(secrets["state"], "failed");
+        assert!(secrets["error"].as_str().unwrap().contains(why));
+        assert_eq!(calls_or_default(r)["start"], 0);
+    }
+}
+
+fn calls_or_default(root: &Path) -> serde_json::Value {
+    if root.join("run/nodectl/offline-systemd.json").exists() {
+        calls(root)
+    } else {
+        serde_json::json!({"start": 0})
+    }
+}
+
+#[test]
+fn worker_refuses_etcd_credentials() {
+    let d = scratch(&example_worker());
+    let r = d.path();
+    drop_bundle(
+        r,
+        "assets",
+        &typhoon_bundle(&[
+            ("kubelet/kubeconfig", "apiVersion: v1"),
+            ("tls/etcd/etcd-client.key", KEY),
+        ]),
+    );
+    let (rc, out, _) = nodectl(r, &["apply"]);
+    assert_eq!(rc, 1);
+    assert!(
+        out.contains("etcd credentials are refused on a worker"),
+        "{out}"
+    );
+    assert!(!r.join("etc/kubernetes/kubeconfig").exists());
+    // A worker bundle with just the bootstrap kubeconfig is fine.
+    drop_bundle(
+        r,
+        "assets",
+        &typhoon_bundle(&[("kubelet/kubeconfig", "apiVersion: v1")]),
+    );
+    let (rc, out, _) = nodectl(r, &["apply"]);
+    assert_eq!(rc, 0, "{out}");
+    assert!(out.contains("node converged"), "{out}");
+}
+
+#[test]
+fn a_bundle_still_being_written_is_left_alone() {
+    let d = controller_root();
+    let r = d.path();
+    let inbox = r.join("var/lib/nodectl/inbox");
+    std::fs::create_dir_all(&inbox).unwrap();
+    std::fs::write(
+        inbox.join("assets"),
+        "##### tls/k8s/ca.crt\n-----BEGIN CERT",
+    )
+    .unwrap();
+    let (rc, out, _) = nodectl(r, &["apply"]);
+    assert_eq!(rc, 0, "{out}");
+    assert!(out.contains("completely written"), "{out}");
+    assert!(!r.join("etc/kubernetes/pki").exists());
 }

@@ -188,6 +188,25 @@ impl Context {
             .expect("static context")
     }
 
+    pub fn with_type(mut self, t: &str) -> Self {
+        self.type_ = t.to_string();
+        self
+    }
+
+    pub fn with_user(mut self, u: &str) -> Self {
+        self.user = u.to_string();
+        self
+    }
+
+    /// Replaces the range with a single level.
+    pub fn with_level(mut self, level: Level) -> Self {
+        self.range = Some(Range {
+            low: level,
+            high: None,
+        });
+        self
+    }
+
     /// Whether this is a label several containers can share (level `s0`, no categories).
     pub fn is_shared_level(&self) -> bool {
         matches!(&self.range, Some(Range { low, high: None }) if low.categories.is_empty())
@@ -309,6 +328,26 @@ mod tests {
         assert!(!l("s0:c1,c2").dominates(&l("s0:c3,c4")));
         assert!(!l("s0").dominates(&l("s0:c1,c2")));
         assert!(l("s0:c0.c1023").dominates(&l("s0:c584,c591")));
+    }
+
+    #[test]
+    fn edits_keep_the_other_fields() {
+        let c: Context = "unconfined_u:object_r:user_home_t:s0:c1,c2"
+            .parse()
+            .unwrap();
+        let c = c
+            .with_user("system_u")
+            .with_type("container_file_t")
+            .with_level(Level::s0());
+        assert_eq!(c.to_string(), "system_u:object_r:container_file_t:s0");
+        assert_eq!(c, Context::shared_container_file());
+        let l: Level = "s0:c584,c591".parse().unwrap();
+        let p = Context::shared_container_file().with_level(l);
+        assert_eq!(
+            p.to_string(),
+            "system_u:object_r:container_file_t:s0:c584,c591"
+        );
+        assert!(!p.is_shared_level());
     }
 
     #[test]

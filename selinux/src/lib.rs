@@ -3,6 +3,7 @@
 //! symlinks).
 
 mod context;
+pub mod relabel;
 
 use std::fs;
 use std::io;
@@ -198,6 +199,38 @@ impl Labeler {
         let sc = selinux::SecurityContext::from_c_str(&c, true);
         sc.set_for_file(fd)
             .map_err(|e| LabelError::Lib(format!("setting label {ctx}: {e}"), path.to_path_buf()))
+    }
+
+    /// Runs `create` with the thread's file-creation context set to `ctx` (setfscreatecon), so
+    /// whatever it creates is born with that label: no moment exists in which another process
+    /// could see it with its directory's default label. The context is reset afterwards.
+    pub fn create_with<T>(
+        &self,
+        ctx: Option<&Context>,
+        path: &Path,
+        create: impl FnOnce() -> io::Result<T>,
+    ) -> Result<T, LabelError> {
+        let io_err = |op, source| LabelError::Io {
+            path: path.to_path_buf(),
+            op,
+            source,
+        };
+        let Some(ctx) = ctx.filter(|_| self.skipped.is_none()) else {
+            return create().map_err(|e| io_err("create", e));
+        };
+        let c = std::ffi::CString::new(ctx.to_string()).expect("contexts have no NUL");
+        selinux::SecurityContext::from_c_str(&c, true)
+            .set_for_new_file_system_objects(true)
+            .map_err(|e| {
+                LabelError::Lib(format!("setfscreatecon {ctx}: {e}"), path.to_path_buf())
+            })?;
+        let r = create();
+        let reset = selinux::SecurityContext::set_default_context_for_new_file_system_objects();
+        let v = r.map_err(|e| io_err("create", e))?;
+        reset.map_err(|e| {
+            LabelError::Lib(format!("resetting setfscreatecon: {e}"), path.to_path_buf())
+        })?;
+        Ok(v)
     }
 
     /// Sets `ctx` on `path` itself, never following a symlink.

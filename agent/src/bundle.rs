@@ -1,0 +1,661 @@
+//! Typhoon's bootstrap assets bundle: one file of `##### <relative path>` records, each followed
+//! by its content. Parsed and checked here without I/O; nothing is placed unless the whole bundle
+//! is valid.
+//!
+//! Content is what Typhoon's layout script (`awk '/#####/ {filename=$2; next} {print > filename}'`)
+//! would write: every line of the record, each ending in a newline.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use nodectl_selinux::Context;
+
+use crate::config::Role;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Record {
+    pub path: String,
+    pub content: Vec<u8>,
+    /// Line of the `#####` marker, 1-based.
+    pub line: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct BundleError {
+    pub file: PathBuf,
+    pub line: Option<usize>,
+    pub record: Option<String>,
+    pub message: String,
+}
+
+impl fmt::Display for BundleError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.file.display())?;
+        if let Some(l) = self.line {
+            write!(f, ":{l}")?;
+        }
+        if let Some(r) = &self.record {
+            write!(f, ": record {r:?}")?;
+        }
+        write!(f, ": {}; nothing was placed", self.message)
+    }
+}
+
+const MARKER: &str = "#####";
+
+fn check_path(p: &str) -> Result<(), String> {
+    if p.is_empty() {
+        return Err("empty path".into());
+    }
+    if p.starts_with('/') {
+        return Err("absolute path; records must be relative".into());
+    }
+    if p.contains('\\') || p.contains('\0') {
+        return Err("path contains a backslash or NUL".into());
+    }
+    for c in p.split('/') {
+        match c {
+            "" => return Err("empty path component".into()),
+            "." | ".." => return Err(format!("path component {c:?} escapes the bundle")),
+            _ if c.starts_with('-') => return Err("a component starts with '-'".into()),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Parses and checks the records' shape (not yet their destinations).
+pub fn parse(bytes: &[u8], file: &Path) -> Result<Vec<Record>, BundleError> {
+    let err = |line: Option<usize>, record: Option<&str>, msg: String| BundleError {
+        file: file.to_path_buf(),
+        line,
+        record: record.map(String::from),
+        message: msg,
+    };
+    if bytes.is_empty() {
+        return Err(err(None, None, "the bundle is empty".into()));
+    }
+    let text =
+        std::str::from_utf8(bytes).map_err(|e| err(None, None, format!("not UTF-8 text: {e}")))?;
+    let mut records: Vec<Record> = Vec::new();
+    let mut seen = BTreeSet::new();
+    for (i, line) in text.lines().enumerate() {
+        let n = i + 1;
+        if let Some(after) = line.strip_prefix(MARKER) {
+            let mut words = after.split_whitespace();
+            let path = words.next().ok_or_else(|| {
+                err(
+                    Some(n),
+                    None,
+                    "marker without a path (truncated record?)".into(),
+                )
+            })?;
+            if words.next().is_some() {
+                return Err(err(
+                    Some(n),
+                    Some(path),
+                    "marker line has more than one path".into(),
+                ));
+            }
+            check_path(path).map_err(|m| err(Some(n), Some(path), m))?;
+            if !seen.insert(path.to_string()) {
+                return Err(err(Some(n), Some(path), "appears twice".into()));
+            }
+            records.push(Record {
+                path: path.to_string(),
+                content: Vec::new(),
+                line: n,
+            });
+        } else {
+            let Some(r) = records.last_mut() else {
+                return Err(err(
+                    Some(n),
+                    None,
+                    "content before the first `##### <path>` record".into(),
+                ));
+            };
+            r.content.extend_from_slice(line.as_bytes());
+            r.content.push(b'\n');
+        }
+    }
+    for r in &records {
+        if r.content.is_empty() {
+            return Err(err(
+                Some(r.line),
+                Some(&r.path),
+                "no content (truncated record?)".into(),
+            ));
+        }
+        let t = String::from_utf8_lossy(&r.content);
+        let begins = t.matches("-----BEGIN ").count();
+        let ends = t.matches("-----END ").count();
+        if begins != ends {
+            return Err(err(
+                Some(r.line),
+                Some(&r.path),
+                format!("PEM is cut off ({begins} BEGIN, {ends} END lines): truncated record"),
+            ));
+        }
+    }
+    Ok(records)
+}
+
+/// Where a group of records goes, with whose ownership and which label.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rule {
+    /// `prefix*` (one file name starting with prefix), `dir/*` (files directly in dir),
+    /// `dir/**` (the subtree, subdirectories kept), or an exact path.
+    pub pattern: &'static str,
+    /// Destination directory on the node; `None` = the configured bootstrap kubeconfig path
+    /// (only for an exact pattern).
+    pub dest: Option<&'static str>,
+    pub owner: &'static str,
+    pub dir_mode: u32,
+    /// Mode of files that hold keys or credentials (always 0600 here) and of other files.
+    pub secret_mode: u32,
+    pub file_mode: u32,
+    pub label: Option<&'static str>,
+    pub controller_only: bool,
+    /// etcd credentials: refused on workers with its own message.
+    pub etcd: bool,
+}
+
+const SHARED: Option<&str> = Some("system_u:object_r:container_file_t:s0");
+
+/// Typhoon's layout (`/opt/bootstrap/layout`), as data. First match wins. Files shared by the
+/// control-plane static pods get `container_file_t:s0`: no categories, readable by every
+/// container, never a private pair.
+pub const TYPHOON_LAYOUT: &[Rule] = &[
+    Rule {
+        pattern: "tls/etcd/peer*",
+        dest: Some("/etc/ssl/etcd/etcd"),
+        owner: "etcd",
+        dir_mode: 0o700,
+        secret_mode: 0o600,
+        file_mode: 0o600,
+        label: SHARED,
+        controller_only: true,
+        etcd: true,
+    },
+    Rule {
+        pattern: "tls/etcd/server*",
+        dest: Some("/etc/ssl/etcd/etcd"),
+        owner: "etcd",
+        dir_mode: 0o700,
+        secret_mode: 0o600,
+        file_mode: 0o600,
+        label: SHARED,
+        controller_only: true,
+        etcd: true,
+    },
+    Rule {
+        pattern: "tls/etcd/etcd-client*",
+        dest: Some("/etc/kubernetes/pki"),
+        owner: "root",
+        dir_mode: 0o700,
+        secret_mode: 0o600,
+        file_mode: 0o644,
+        label: SHARED,
+        controller_only: true,
+        etcd: true,
+    },
+    Rule {
+        pattern: "tls/etcd/*",
+        dest: None,
+        owner: "root",
+        dir_mode: 0,
+        secret_mode: 0,
+        file_mode: 0,
+        label: None,
+        controller_only: true,
+        etcd: true,
+    },
+    Rule {
+        pattern: "auth/*",
+        dest: Some("/etc/kubernetes/pki"),
+        owner: "root",
+        dir_mode: 0o700,
+        secret_mode: 0o600,
+        file_mode: 0o600,
+        label: SHARED,
+        controller_only: true,
+        etcd: false,
+    },
+    Rule {
+        pattern: "tls/k8s/*",
+        dest: Some("/etc/kubernetes/pki"),
+        owner: "root",
+        dir_mode: 0o700,
+        secret_mode: 0o600,
+        file_mode: 0o644,
+        label: SHARED,
+        controller_only: true,
+        etcd: false,
+    },
+    Rule {
+        pattern: "static-manifests/*",
+        dest: Some("/etc/kubernetes/manifests"),
+        owner: "root",
+        dir_mode: 0o755,
+        secret_mode: 0o600,
+        file_mode: 0o644,
+        label: SHARED,
+        controller_only: true,
+        etcd: false,
+    },
+    Rule {
+        pattern: "manifests/**",
+        dest: Some("/opt/bootstrap/assets/manifests"),
+        owner: "root",
+        dir_mode: 0o700,
+        secret_mode: 0o600,
+        file_mode: 0o644,
+        label: SHARED,
+        controller_only: true,
+        etcd: false,
+    },
+    Rule {
+        pattern: "kubelet/kubeconfig",
+        dest: None,
+        owner: "root",
+        dir_mode: 0o755,
+        secret_mode: 0o600,
+        file_mode: 0o600,
+        label: SHARED,
+        controller_only: false,
+        etcd: false,
+    },
+];
+
+/// What `pattern` leaves of `path` (the part kept below the destination), if it matches.
+fn matches<'p>(pattern: &str, path: &'p str) -> Option<&'p str> {
+    if let Some(dir) = pattern.strip_suffix("/**") {
+        return path
+            .strip_prefix(dir)?
+            .strip_prefix('/')
+            .filter(|r| !r.is_empty());
+    }
+    if let Some(dir) = pattern.strip_suffix("/*") {
+        let rest = path.strip_prefix(dir)?.strip_prefix('/')?;
+        return (!rest.is_empty() && !rest.contains('/')).then_some(rest);
+    }
+    if let Some(prefix) = pattern.strip_suffix('*') {
+        let (dir, name_prefix) = prefix.rsplit_once('/').unwrap_or(("", prefix));
+        let rest = if dir.is_empty() {
+            path
+        } else {
+            path.strip_prefix(dir)?.strip_prefix('/')?
+        };
+        return (rest.starts_with(name_prefix) && !rest.contains('/')).then_some(rest);
+    }
+    (pattern == path).then(|| path.rsplit('/').next().unwrap_or(path))
+}
+
+/// Holds a key or a credential: mode 0600 whatever the rule's file mode.
+pub fn is_secret(name: &str, content: &[u8]) -> bool {
+    let t = String::from_utf8_lossy(content);
+    name.ends_with(".key")
+        || t.contains("PRIVATE KEY-----")
+        || t.contains("client-key-data:")
+        || t.contains("\n    token:")
+        || t.contains("token: ")
+}
+
+/// One file to place.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Placement {
+    pub record: String,
+    pub dest: PathBuf,
+    pub owner: &'static str,
+    pub mode: u32,
+    pub label: Option<Context>,
+    pub content: Vec<u8>,
+}
+
+/// One directory the placements need, with its metadata.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DirPlacement {
+    pub dest: PathBuf,
+    pub owner: &'static str,
+    pub mode: u32,
+    pub label: Option<Context>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Plan {
+    pub dirs: Vec<DirPlacement>,
+    pub files: Vec<Placement>,
+}
+
+/// Maps every record to its destination; any unknown record, or material the role must not
+/// hold, fails the whole bundle.
+pub fn plan(
+    records: &[Record],
+    layout: &[Rule],
+    role: Role,
+    bootstrap_kubeconfig: &Path,
+    file: &Path,
+) -> Result<Plan, BundleError> {
+    let err = |r: &Record, msg: String| BundleError {
+        file: file.to_path_buf(),
+        line: Some(r.line),
+        record: Some(r.path.clone()),
+        message: msg,
+    };
+    let mut out = Plan::default();
+    let mut dirs: Vec<DirPlacement> = Vec::new();
+    for r in records {
+        let Some((rule, rest)) = layout
+            .iter()
+            .find_map(|rule| matches(rule.pattern, &r.path).map(|rest| (rule, rest)))
+        else {
+            let known: Vec<&str> = layout.iter().map(|r| r.pattern).collect();
+            return Err(err(
+                r,
+                format!("unknown destination (known: {})", known.join(", ")),
+            ));
+        };
+        if rule.etcd && role == Role::Worker {
+            return Err(err(r, "etcd credentials are refused on a worker: workers never hold etcd client or server keys".into()));
+        }
+        if rule.controller_only && role == Role::Worker {
+            return Err(err(
+                r,
+                "control-plane material is refused on a worker".into(),
+            ));
+        }
+        let label = rule
+            .label
+            .map(|l| l.parse::<Context>().expect("layout labels are valid"));
+        let dest = match rule.dest {
+            Some(d) => Path::new(d).join(rest),
+            None if rule.pattern.contains('*') => {
+                return Err(err(r, "unknown destination: no rule places etcd files other than peer*, server* and etcd-client*".into()))
+            }
+            None => bootstrap_kubeconfig.to_path_buf(),
+        };
+        // Every directory between the rule's destination and the file gets the rule's metadata.
+        if let Some(base) = rule.dest {
+            let base = Path::new(base);
+            let mut d = dest.parent();
+            while let Some(dir) = d {
+                if !dir.starts_with(base) {
+                    break;
+                }
+                if !dirs.iter().any(|x| x.dest == dir) {
+                    dirs.push(DirPlacement {
+                        dest: dir.to_path_buf(),
+                        owner: rule.owner,
+                        mode: rule.dir_mode,
+                        label: label.clone(),
+                    });
+                }
+                d = dir.parent();
+            }
+        }
+        let name = dest
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let mode = if is_secret(&name, &r.content) {
+            rule.secret_mode
+        } else {
+            rule.file_mode
+        };
+        out.files.push(Placement {
+            record: r.path.clone(),
+            dest,
+            owner: rule.owner,
+            mode,
+            label,
+            content: r.content.clone(),
+        });
+    }
+    // Parents before children.
+    dirs.sort_by_key(|d| d.dest.components().count());
+    out.dirs = dirs;
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CA: &str = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----";
+    const KEY: &str = "-----BEGIN RSA PRIVATE KEY-----\nMIIE\n-----END RSA PRIVATE KEY-----";
+
+    fn bundle(records: &[(&str, &str)]) -> Vec<u8> {
+        // As Typhoon's Terraform writes it: join(format("##### %s\n%s", k, v), "\n").
+        records
+            .iter()
+            .map(|(k, v)| format!("##### {k}\n{v}"))
+            .collect::<Vec<_>>()
+            .join("\n")
+            .into_bytes()
+    }
+
+    fn f() -> &'static Path {
+        Path::new("/var/lib/nodectl/inbox/assets")
+    }
+
+    fn controller_plan(b: &[u8]) -> Result<Plan, BundleError> {
+        let r = parse(b, f())?;
+        plan(
+            &r,
+            TYPHOON_LAYOUT,
+            Role::Controller,
+            Path::new("/etc/kubernetes/kubeconfig"),
+            f(),
+        )
+    }
+
+    #[test]
+    fn parses_records_like_typhoons_awk() {
+        let b = bundle(&[
+            ("tls/k8s/ca.crt", CA),
+            ("auth/admin.conf", "apiVersion: v1\nkind: Config"),
+        ]);
+        let r = parse(&b, f()).unwrap();
+        assert_eq!(r.len(), 2);
+        assert_eq!(r[0].path, "tls/k8s/ca.crt");
+        assert_eq!(
+            String::from_utf8(r[0].content.clone()).unwrap(),
+            format!("{CA}\n")
+        );
+        assert_eq!(r[1].content, b"apiVersion: v1\nkind: Config\n");
+        assert_eq!(r[1].line, 5);
+    }
+
+    #[test]
+    fn lays_out_as_typhoon_does() {
+        let b = bundle(&[
+            ("tls/etcd/peer.crt", CA),
+            ("tls/etcd/server.key", KEY),
+            ("tls/etcd/etcd-client.crt", CA),
+            ("tls/k8s/ca.crt", CA),
+            ("tls/k8s/ca.key", KEY),
+            (
+                "auth/admin.conf",
+                "users:\n- user:\n    client-key-data: abc",
+            ),
+            ("static-manifests/kube-apiserver.yaml", "kind: Pod"),
+            ("manifests/coredns/deployment.yaml", "kind: Deployment"),
+            ("kubelet/kubeconfig", "users:\n- user:\n    token: abc.def"),
+        ]);
+        let p = controller_plan(&b).unwrap();
+        let get = |rec: &str| p.files.iter().find(|x| x.record == rec).unwrap();
+        assert_eq!(
+            get("tls/etcd/peer.crt").dest,
+            PathBuf::from("/etc/ssl/etcd/etcd/peer.crt")
+        );
+        assert_eq!(
+            (
+                get("tls/etcd/peer.crt").owner,
+                get("tls/etcd/peer.crt").mode
+            ),
+            ("etcd", 0o600)
+        );
+        assert_eq!(
+            get("tls/etcd/etcd-client.crt").dest,
+            PathBuf::from("/etc/kubernetes/pki/etcd-client.crt")
+        );
+        assert_eq!(get("tls/k8s/ca.crt").mode, 0o644);
+        assert_eq!(get("tls/k8s/ca.key").mode, 0o600);
+        assert_eq!(get("auth/admin.conf").mode, 0o600);
+        assert_eq!(
+            get("static-manifests/kube-apiserver.yaml").dest,
+            PathBuf::from("/etc/kubernetes/manifests/kube-apiserver.yaml")
+        );
+        assert_eq!(
+            get("manifests/coredns/deployment.yaml").dest,
+            PathBuf::from("/opt/bootstrap/assets/manifests/coredns/deployment.yaml")
+        );
+        assert_eq!(
+            get("kubelet/kubeconfig").dest,
+            PathBuf::from("/etc/kubernetes/kubeconfig")
+        );
+        assert_eq!(get("kubelet/kubeconfig").mode, 0o600);
+        // Shared label: s0, no categories.
+        assert!(p
+            .files
+            .iter()
+            .all(|x| x.label.as_ref().unwrap().is_shared_level()));
+        let dir = |d: &str| p.dirs.iter().find(|x| x.dest == Path::new(d)).unwrap();
+        assert_eq!(
+            (
+                dir("/etc/kubernetes/pki").mode,
+                dir("/etc/kubernetes/pki").owner
+            ),
+            (0o700, "root")
+        );
+        assert_eq!(
+            (
+                dir("/etc/ssl/etcd/etcd").mode,
+                dir("/etc/ssl/etcd/etcd").owner
+            ),
+            (0o700, "etcd")
+        );
+        assert!(p
+            .dirs
+            .iter()
+            .any(|x| x.dest == Path::new("/opt/bootstrap/assets/manifests/coredns")));
+        let order: Vec<&Path> = p.dirs.iter().map(|d| d.dest.as_path()).collect();
+        let i = |d: &str| order.iter().position(|x| *x == Path::new(d)).unwrap();
+        assert!(
+            i("/opt/bootstrap/assets/manifests") < i("/opt/bootstrap/assets/manifests/coredns")
+        );
+    }
+
+    #[test]
+    fn refuses_bad_bundles_with_file_line_and_record() {
+        let cases: Vec<(Vec<u8>, &str)> = vec![
+            (Vec::new(), "the bundle is empty"),
+            (
+                b"hello\n##### tls/k8s/ca.crt\nx".to_vec(),
+                "content before the first",
+            ),
+            (bundle(&[("../etc/shadow", "x")]), "escapes the bundle"),
+            (bundle(&[("/etc/shadow", "x")]), "absolute path"),
+            (bundle(&[("tls//k8s", "x")]), "empty path component"),
+            (
+                b"##### tls/k8s/ca.crt\n".to_vec(),
+                "no content (truncated record?)",
+            ),
+            (
+                format!("##### tls/k8s/ca.key\n{}", &KEY[..40]).into_bytes(),
+                "PEM is cut off",
+            ),
+            (
+                b"##### tls/k8s/ca.crt\nx\n#####".to_vec(),
+                "marker without a path",
+            ),
+            (
+                bundle(&[("tls/k8s/ca.crt", CA), ("tls/k8s/ca.crt", CA)]),
+                "appears twice",
+            ),
+            (bundle(&[("secrets/x", "x")]), "unknown destination"),
+            (
+                bundle(&[("tls/etcd/ca.crt", CA)]),
+                "no rule places etcd files",
+            ),
+        ];
+        for (b, want) in cases {
+            let e = controller_plan(&b).unwrap_err().to_string();
+            assert!(e.contains(want), "{e:?} should contain {want:?}");
+            assert!(e.starts_with("/var/lib/nodectl/inbox/assets"), "{e}");
+            assert!(e.ends_with("nothing was placed"), "{e}");
+        }
+        let e = controller_plan(&bundle(&[("tls/k8s/ca.crt", CA), ("../x", "y")])).unwrap_err();
+        assert_eq!((e.line, e.record.as_deref()), (Some(5), Some("../x")));
+    }
+
+    #[test]
+    fn workers_refuse_etcd_and_control_plane_material() {
+        let r = parse(
+            &bundle(&[
+                ("kubelet/kubeconfig", "x"),
+                ("tls/etcd/etcd-client.key", KEY),
+            ]),
+            f(),
+        )
+        .unwrap();
+        let e = plan(
+            &r,
+            TYPHOON_LAYOUT,
+            Role::Worker,
+            Path::new("/etc/kubernetes/kubeconfig"),
+            f(),
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("etcd credentials are refused on a worker"),
+            "{e}"
+        );
+        let r = parse(&bundle(&[("tls/k8s/ca.key", KEY)]), f()).unwrap();
+        let e = plan(
+            &r,
+            TYPHOON_LAYOUT,
+            Role::Worker,
+            Path::new("/etc/kubernetes/kubeconfig"),
+            f(),
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("control-plane material is refused on a worker"),
+            "{e}"
+        );
+        let r = parse(&bundle(&[("kubelet/kubeconfig", "x")]), f()).unwrap();
+        let p = plan(
+            &r,
+            TYPHOON_LAYOUT,
+            Role::Worker,
+            Path::new("/etc/kubernetes/kubeconfig"),
+            f(),
+        )
+        .unwrap();
+        assert_eq!(p.files.len(), 1);
+    }
+
+    #[test]
+    fn pattern_matching() {
+        assert_eq!(
+            matches("tls/etcd/peer*", "tls/etcd/peer.key"),
+            Some("peer.key")
+        );
+        assert_eq!(matches("tls/etcd/peer*", "tls/etcd/server.key"), None);
+        assert_eq!(matches("tls/etcd/peer*", "tls/etcd/peer/x"), None);
+        assert_eq!(matches("auth/*", "auth/a/b"), None);
+        assert_eq!(
+            matches("manifests/**", "manifests/a/b.yaml"),
+            Some("a/b.yaml")
+        );
+        assert_eq!(matches("manifests/**", "manifests"), None);
+        assert_eq!(
+            matches("kubelet/kubeconfig", "kubelet/kubeconfig"),
+            Some("kubeconfig")
+        );
+    }
+}
