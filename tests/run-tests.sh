@@ -32,7 +32,7 @@ stage=$(mktemp -d /tmp/nodectl-stage.XXXXXX)
 trap 'rm -rf "$stage"' EXIT
 if [[ " $TIERS " == *" 2 "* || " $TIERS " == *" 3 "* ]]; then
   hdr "build binaries for the guests"
-  cargo build --bins || exit 1
+  cargo build --bins -p nodectl -p nodectl-testkit || exit 1
   live=$(cargo test -p nodectl-units --test systemd_live --no-run --message-format=json 2>/dev/null \
     | jq -r 'select(.reason == "compiler-artifact" and .target.name == "systemd_live") | .executable' | tail -1)
   [ -x "$live" ] || { echo "cannot find the systemd_live test binary" >&2; exit 1; }
@@ -40,8 +40,10 @@ if [[ " $TIERS " == *" 2 "* || " $TIERS " == *" 3 "* ]]; then
   strip -o "$stage/nodectld" target/debug/nodectld
   strip -o "$stage/nodectl" target/debug/nodectl
   strip -o "$stage/systemd_live" "$live"
-  cp tests/lib/check.sh packaging/systemd/nodectld.service packaging/dbus/org.nodectl.Agent1.conf "$stage/"
-  cp docs/examples/worker.toml "$stage/worker.toml"
+  strip -o "$stage/label-observer" target/debug/label-observer
+  strip -o "$stage/relabel-bench" target/debug/relabel-bench
+  cp tests/lib/check.sh tests/vm/suites/*.sh packaging/systemd/nodectld.service \
+     packaging/dbus/org.nodectl.Agent1.conf docs/examples/worker.toml docs/examples/controller.toml "$stage/"
   hdr "test image"
   tests/vm/build-image.sh || exit 1
 fi
@@ -57,7 +59,8 @@ fi
 if [[ " $TIERS " == *" 3 "* ]]; then
   hdr "tier 3: QEMU VM, SELinux enforcing"
   start=$SECONDS
-  tests/vm/run-in-vm.sh tests/vm/suites/node.sh "$stage"/*
+  # One boot for every VM suite (a boot costs ~20 s under TCG).
+  VM_TIMEOUT=1500 tests/vm/run-in-vm.sh tests/vm/suites/all.sh "$stage"/* -- node.sh secrets.sh
   record 3 $?
   echo "(tier 3 took $((SECONDS - start)) s)"
 fi

@@ -150,6 +150,9 @@ pub struct Rule {
     /// Destination directory on the node; `None` = the configured bootstrap kubeconfig path
     /// (only for an exact pattern).
     pub dest: Option<&'static str>,
+    /// The top directory the rule owns (`dest` or a parent of it): every directory from here
+    /// down to a file gets the rule's owner, mode and label.
+    pub base: &'static str,
     pub owner: &'static str,
     pub dir_mode: u32,
     /// Mode of files that hold keys or credentials (always 0600 here) and of other files.
@@ -170,6 +173,7 @@ pub const TYPHOON_LAYOUT: &[Rule] = &[
     Rule {
         pattern: "tls/etcd/peer*",
         dest: Some("/etc/ssl/etcd/etcd"),
+        base: "/etc/ssl/etcd",
         owner: "etcd",
         dir_mode: 0o700,
         secret_mode: 0o600,
@@ -181,6 +185,7 @@ pub const TYPHOON_LAYOUT: &[Rule] = &[
     Rule {
         pattern: "tls/etcd/server*",
         dest: Some("/etc/ssl/etcd/etcd"),
+        base: "/etc/ssl/etcd",
         owner: "etcd",
         dir_mode: 0o700,
         secret_mode: 0o600,
@@ -192,6 +197,7 @@ pub const TYPHOON_LAYOUT: &[Rule] = &[
     Rule {
         pattern: "tls/etcd/etcd-client*",
         dest: Some("/etc/kubernetes/pki"),
+        base: "/etc/kubernetes/pki",
         owner: "root",
         dir_mode: 0o700,
         secret_mode: 0o600,
@@ -203,6 +209,7 @@ pub const TYPHOON_LAYOUT: &[Rule] = &[
     Rule {
         pattern: "tls/etcd/*",
         dest: None,
+        base: "/etc/ssl/etcd",
         owner: "root",
         dir_mode: 0,
         secret_mode: 0,
@@ -214,6 +221,7 @@ pub const TYPHOON_LAYOUT: &[Rule] = &[
     Rule {
         pattern: "auth/*",
         dest: Some("/etc/kubernetes/pki"),
+        base: "/etc/kubernetes/pki",
         owner: "root",
         dir_mode: 0o700,
         secret_mode: 0o600,
@@ -225,6 +233,7 @@ pub const TYPHOON_LAYOUT: &[Rule] = &[
     Rule {
         pattern: "tls/k8s/*",
         dest: Some("/etc/kubernetes/pki"),
+        base: "/etc/kubernetes/pki",
         owner: "root",
         dir_mode: 0o700,
         secret_mode: 0o600,
@@ -236,6 +245,7 @@ pub const TYPHOON_LAYOUT: &[Rule] = &[
     Rule {
         pattern: "static-manifests/*",
         dest: Some("/etc/kubernetes/manifests"),
+        base: "/etc/kubernetes/manifests",
         owner: "root",
         dir_mode: 0o755,
         secret_mode: 0o600,
@@ -247,6 +257,7 @@ pub const TYPHOON_LAYOUT: &[Rule] = &[
     Rule {
         pattern: "manifests/**",
         dest: Some("/opt/bootstrap/assets/manifests"),
+        base: "/opt/bootstrap/assets",
         owner: "root",
         dir_mode: 0o700,
         secret_mode: 0o600,
@@ -258,6 +269,7 @@ pub const TYPHOON_LAYOUT: &[Rule] = &[
     Rule {
         pattern: "kubelet/kubeconfig",
         dest: None,
+        base: "/etc/kubernetes",
         owner: "root",
         dir_mode: 0o755,
         secret_mode: 0o600,
@@ -375,9 +387,9 @@ pub fn plan(
             }
             None => bootstrap_kubeconfig.to_path_buf(),
         };
-        // Every directory between the rule's destination and the file gets the rule's metadata.
-        if let Some(base) = rule.dest {
-            let base = Path::new(base);
+        // Every directory between the rule's base and the file gets the rule's metadata.
+        if rule.dest.is_some() {
+            let base = Path::new(rule.base);
             let mut d = dest.parent();
             while let Some(dir) = d {
                 if !dir.starts_with(base) {

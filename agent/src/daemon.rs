@@ -152,7 +152,7 @@ async fn pass(
     let line = match loaded {
         Err(e) => {
             let msg = e.to_string();
-            tracing::error!(error = %msg, "cannot load host or settings; waiting for a config change");
+            tracing::error!("cannot load host or settings, waiting for a config change: {msg}");
             let host = load::host(root).ok().map(|h| {
                 let l = nodectl_selinux::Labeler::new(root.dir(), &h.selinux);
                 HostStatus::new(&h, &l)
@@ -182,7 +182,10 @@ async fn pass(
                 duration_ms = report.duration_ms,
                 changes = applied,
                 status = %line,
-                "pass finished"
+                "pass finished ({}, {} ms, {} changes): {line}",
+                trigger.name(),
+                report.duration_ms,
+                applied
             );
             recheck = cx.take_recheck();
             let calls = systemd.calls().ok();

@@ -280,11 +280,11 @@ impl Engine {
             };
             match &state {
                 StepState::Failed { error } => {
-                    tracing::error!(step = step.id(), error = %error, "step failed")
+                    tracing::error!(step = step.id(), "step {} failed: {error}", step.id())
                 }
                 StepState::Applied { changes } => {
                     for c in changes {
-                        tracing::info!(step = step.id(), change = %c.what, reason = %c.why, "applied");
+                        tracing::info!(step = step.id(), change = %c.what, reason = %c.why, "{}: {} ({})", step.id(), c.what, c.why);
                     }
                 }
                 _ => {}

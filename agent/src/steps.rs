@@ -110,6 +110,16 @@ impl FileSet {
     }
 }
 
+/// The label of a path inside a managed tree (`selinux.relabel`), so what nodectld creates there
+/// is born with the label the relabel step keeps; `None` elsewhere (the policy's default).
+fn managed_label(cx: &Cx, path: &Path) -> Option<nodectl_selinux::Context> {
+    cx.settings
+        .relabel
+        .iter()
+        .any(|t| path.starts_with(t))
+        .then(Relabel::label)
+}
+
 fn is_ours(real: &Path) -> bool {
     std::fs::read_to_string(real).is_ok_and(|t| t.starts_with(MANAGED_HEADER))
 }
@@ -159,7 +169,10 @@ impl NodeFiles {
             ("/var/lib/kubelet/volumeplugins", 0o755),
         ]
         .into_iter()
-        .map(|(p, m)| DirSpec::new(p, m))
+        .map(|(p, m)| DirSpec {
+            label: managed_label(cx, Path::new(p)),
+            ..DirSpec::new(p, m)
+        })
         .collect();
         FileSet {
             dirs,
@@ -573,7 +586,7 @@ impl Step for Secrets {
                 // Checked whole before anything is written.
                 let set = Self::fileset(cx, &b)?;
                 set.apply(cx)?;
-                tracing::info!(bundle = %b.display(), files = set.files.len(), "bundle placed");
+                tracing::info!(bundle = %b.display(), files = set.files.len(), "placed {} files from {}", set.files.len(), b.display());
                 cx.writer().remove(&b)?;
             }
             Ok(())
@@ -681,7 +694,7 @@ impl Step for Relabel {
         async move {
             let reports = Self::run(cx, false);
             for (tree, r) in &reports {
-                tracing::info!(tree = %tree.display(), examined = r.examined, changed = r.changed, errors = r.errors.len(), "relabeled");
+                tracing::info!(tree = %tree.display(), examined = r.examined, changed = r.changed, errors = r.errors.len(), "relabeled {} of {} entries under {}", r.changed, r.examined, tree.display());
             }
             match relabel_errors(&reports) {
                 Some(e) => Err(e),

@@ -1,6 +1,7 @@
 #!/bin/bash
-# run-in-vm.sh SCRIPT [FILE...]: boot the test VM (QEMU TCG; SELinux enforcing with MCS, udev,
-# podman) and run SCRIPT in it as root (unconfined_t). Files are copied to /test (a 9p share).
+# run-in-vm.sh SCRIPT [FILE...] [-- ARG...]: boot the test VM (QEMU TCG; SELinux enforcing with
+# MCS, udev, podman) and run SCRIPT ARG... in it as root (unconfined_t). Files are copied to /test
+# (a 9p share).
 # Exit status: SCRIPT's (124 timeout, 125 harness error). The disk is attached snapshot=on, so the
 # cached image is never modified. Env: VM_CACHE, VM_MEM=2048, VM_CPUS=2, VM_TIMEOUT=900, KEEP=1.
 # /dev/kvm here is PVM-backed and cannot run a stock kernel: TCG is used.
@@ -13,8 +14,16 @@ for f in vmlinuz initrd.img disk.raw; do
 done
 work=$(mktemp -d /tmp/nodectl-vm.XXXXXX)
 share=$work/share; mkdir -p "$share"
-install -m 0755 "$script" "$share/run.sh"
-for f in "$@"; do cp -a "$f" "$share/"; done
+files=(); args=()
+while [ $# -gt 0 ]; do
+  if [ "$1" = -- ]; then shift; args=("$@"); break; fi
+  files+=("$1"); shift
+done
+for f in "${files[@]}"; do cp -a "$f" "$share/"; done
+install -m 0755 "$script" "$share/run-script"
+quoted=""
+[ ${#args[@]} -eq 0 ] || quoted=$(printf ' %q' "${args[@]}")
+printf 'exec bash /test/run-script%s\n' "$quoted" >"$share/run.sh"
 append="root=/dev/vda rw console=ttyS0 security=selinux selinux=1 enforcing=1 nodectl.test=1 panic=-1 quiet loglevel=4 systemd.show_status=0"
 # One NIC on an isolated QEMU hub with no host backend: no traffic leaves the VM.
 set +e

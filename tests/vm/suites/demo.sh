@@ -3,17 +3,9 @@
 set -u
 say() { printf '\n\033[1m$ %s\033[0m\n' "$*"; }
 run() { say "$*"; "$@"; }
-install -m 0755 /test/nodectld /test/nodectl /usr/local/bin/ && restorecon /usr/local/bin/nodectl* >/dev/null 2>&1
-install -m 0644 /test/nodectld.service /etc/systemd/system/
-install -D -m 0644 /test/org.nodectl.Agent1.conf /etc/dbus-1/system.d/org.nodectl.Agent1.conf
-busctl call org.freedesktop.DBus /org/freedesktop/DBus org.freedesktop.DBus ReloadConfig
-install -D -m 0644 /test/worker.toml /etc/nodectl/config.d/10-node.toml && restorecon -R /etc/nodectl >/dev/null 2>&1
-# No registry here: kubelet's command is replaced by a stand-in through an operator drop-in,
-# exactly the kind of override nodectld leaves alone.
-mkdir -p /etc/systemd/system/kubelet.service.d
-printf '[Service]\nExecStartPre=\nExecStart=\nExecStart=/bin/sh -c "echo kubelet stand-in using $KUBELET_IMAGE; exec sleep infinity"\nExecStop=\n' \
-  >/etc/systemd/system/kubelet.service.d/90-demo-standin.conf
-systemctl daemon-reload
+. /test/lib.sh
+install_nodectld /test/worker.toml
+kubelet_standin
 
 run cat /etc/nodectl/config.d/10-node.toml
 run nodectl plan

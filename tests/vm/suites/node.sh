@@ -2,21 +2,14 @@
 # Tier 3, inside the QEMU VM: SELinux enforcing with MCS, udev, podman, systemd 252.
 # /test holds: check.sh, nodectld, nodectl, nodectld.service, org.nodectl.Agent1.conf, worker.toml.
 . /test/check.sh
+. /test/lib.sh
 export NO_COLOR=1
 
 echo "## host"
 expect "SELinux enforcing" "$(getenforce)" Enforcing
 
 echo "## install nodectld as packaging/ ships it"
-install -m 0755 /test/nodectld /test/nodectl /usr/local/bin/
-restorecon /usr/local/bin/nodectld /usr/local/bin/nodectl >/dev/null 2>&1
-install -m 0644 /test/nodectld.service /etc/systemd/system/nodectld.service
-install -D -m 0644 /test/org.nodectl.Agent1.conf /etc/dbus-1/system.d/org.nodectl.Agent1.conf
-restorecon -R /etc/systemd/system/nodectld.service /etc/dbus-1/system.d >/dev/null 2>&1
-busctl call org.freedesktop.DBus /org/freedesktop/DBus org.freedesktop.DBus ReloadConfig
-install -D -m 0644 /test/worker.toml /etc/nodectl/config.d/10-node.toml
-restorecon -R /etc/nodectl >/dev/null 2>&1
-systemctl daemon-reload
+install_nodectld /test/worker.toml
 start=$(date +%s%N)
 check "nodectld starts and reaches READY" systemctl start nodectld.service
 echo "  | start took $(( ($(date +%s%N) - start) / 1000000 )) ms"
@@ -36,9 +29,13 @@ nodectl status | sed 's/^/  | /'
 
 echo "## files nodectld wrote carry the policy's labels (set before rename)"
 for f in /etc/systemd/system/kubelet.service /etc/systemd/system/kubelet.service.d/00-nodectl-image.conf \
-         /etc/modules-load.d/nodectl.conf /etc/sysctl.d/50-nodectl.conf /etc/kubernetes /var/lib/kubelet; do
+         /etc/modules-load.d/nodectl.conf /etc/sysctl.d/50-nodectl.conf /var/lib/kubelet; do
   have=$(stat -c %C "$f"); want=$(matchpathcon -n "$f")
-  expect "label of $f" "$have" "$want"
+  expect "label of $f (policy default)" "$have" "$want"
+done
+# /etc/kubernetes is a managed tree (selinux.relabel): shared container label, s0.
+for f in /etc/kubernetes /etc/kubernetes/manifests; do
+  expect "label of $f (managed)" "$(stat -c %C "$f")" system_u:object_r:container_file_t:s0
 done
 check "no temp files left behind" sh -c '! find /etc/systemd/system /etc/kubernetes /etc/modules-load.d /etc/sysctl.d -name ".*.nodectl-*" | grep .'
 

@@ -1,0 +1,1 @@
+//! Tools the VM suites run: `label-observer` and `relabel-bench`.

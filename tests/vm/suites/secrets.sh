@@ -1,0 +1,162 @@
+#!/bin/bash
+# Tier 3, inside the VM (SELinux enforcing, MCS, enforcing container_t): bootstrap secrets.
+#   R1  Typhoon's glue (mv, chcon afterwards) makes a running static pod fail: the bug, reproduced
+#   R2  nodectld places the same secrets into the running pod's directory: read at once, no restart
+#   R3  every file that appears is seen with its final label at first sight (inotify observer)
+#   R4  shared files end at s0; a :Z private pair is put back to s0 by nodectld's relabel
+#   R5  bad bundles: clear error in status and journal, nothing placed; workers refuse etcd keys
+#   R6  relabel benchmark against chcon -R
+# /test holds: check.sh, lib.sh, nodectld, nodectl, nodectld.service, org.nodectl.Agent1.conf,
+# controller.toml, label-observer, relabel-bench.
+. /test/check.sh
+. /test/lib.sh
+export NO_COLOR=1
+SHARED=system_u:object_r:container_file_t:s0
+IMG=localhost/reader:1
+INBOX=/var/lib/nodectl/inbox
+CERT=$'-----BEGIN CERTIFICATE-----\nMIIBtestcert\n-----END CERTIFICATE-----'
+KEY=$'-----BEGIN EC PRIVATE KEY-----\nMHcCAQEEtestkeybytes\n-----END EC PRIVATE KEY-----'
+
+busybox_image $IMG
+id etcd >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin etcd
+
+# bundle FILE PATH CONTENT [PATH CONTENT...]: a Typhoon assets bundle, as its Terraform writes it.
+bundle() {
+  local out=$1; shift
+  : >"$out"
+  local first=1
+  while [ $# -ge 2 ]; do
+    [ $first = 1 ] || printf '\n' >>"$out"
+    printf '##### %s\n%s' "$1" "$2" >>"$out"
+    first=0; shift 2
+  done
+}
+# deliver FILE: provisioning drops a bundle into the inbox (written aside, renamed in).
+deliver() { mkdir -p $INBOX && cp "$1" $INBOX/.incoming && mv $INBOX/.incoming "$INBOX/${2:-assets}"; }
+
+# A stand-in static pod: level s0 (as kube-apiserver's pod is), pki mounted read-only WITHOUT
+# relabel, printing what it can read every 0.3 s.
+start_reader() {
+  podman rm -f reader >/dev/null 2>&1
+  rm -f /run/reader.log
+  podman run -d --name reader --network none --security-opt label=level:s0 \
+    --log-driver k8s-file --log-opt path=/run/reader.log \
+    -v /etc/kubernetes/pki:/etc/kubernetes/pki:ro $IMG sh -c '
+    trap "exit 0" TERM
+    while true; do
+      echo "ca=[$(cat /etc/kubernetes/pki/ca.crt 2>&1 | head -2 | tail -1)] key=[$(cat /etc/kubernetes/pki/apiserver.key 2>&1 | head -2 | tail -1)]"
+      sleep 0.3
+    done' >/dev/null
+  podman inspect --format '{{.State.Pid}} {{.State.StartedAt}}' reader
+}
+# reader_sees PATTERN: wait (15 s) for a reader line matching PATTERN.
+reader_sees() { wait_until 15 sh -c "tail -n 3 /run/reader.log | grep -q -- '$1'"; }
+last_line() { tail -n 1 /run/reader.log | cut -d' ' -f4-; }
+
+echo "## R1: Typhoon's glue, the bug (#808): mv into a running pod's directory, chcon only afterwards"
+systemctl stop nodectld.service kubelet.service 2>/dev/null
+rm -rf /etc/kubernetes /etc/ssl/etcd $INBOX
+mkdir -p /etc/kubernetes/pki && printf '%s\n' "$CERT" >/etc/kubernetes/pki/ca.crt
+chcon -R -u system_u -t container_file_t -l s0 /etc/kubernetes/pki
+start_reader >/dev/null
+check "R1a reader reads ca.crt" reader_sees 'ca=\[MIIBtestcert\]'
+printf '%s\n' "$KEY" >/root/apiserver.key && chmod 600 /root/apiserver.key
+mv /root/apiserver.key /etc/kubernetes/pki/apiserver.key       # what /opt/bootstrap/layout does
+echo "  | moved key labeled $(stat -c %C /etc/kubernetes/pki/apiserver.key)"
+check "R1b the running pod gets Permission denied on the moved key" reader_sees 'key=\[cat: can.t open .*Permission denied\]'
+echo "  | reader: $(last_line)"
+podman rm -f reader >/dev/null 2>&1
+rm -rf /etc/kubernetes
+
+echo "## R2: nodectld on a controller"
+install_nodectld /test/controller.toml
+kubelet_standin
+check "nodectld starts" systemctl start nodectld.service
+expect "secrets waits for its bundle" "$(step_field secrets state)" waiting
+expect "kubelet not started before the secrets" "$(systemctl is-active kubelet.service)" inactive
+bundle /tmp/b1 tls/k8s/ca.crt "$CERT" tls/k8s/ca.key "$KEY" tls/etcd/peer.crt "$CERT" tls/etcd/peer.key "$KEY" \
+  tls/etcd/server.crt "$CERT" tls/etcd/etcd-client.key "$KEY" auth/admin.conf $'apiVersion: v1\nusers:\n- user:\n    client-key-data: a2V5' \
+  static-manifests/kube-apiserver.yaml $'apiVersion: v1\nkind: Pod' manifests/coredns/service.yaml $'kind: Service' \
+  kubelet/kubeconfig $'apiVersion: v1\nusers:\n- user:\n    token: abcdef.0123456789abcdef'
+deliver /tmp/b1
+check "R2a kubelet starts once the bundle is placed" wait_until 20 sh -c '[ "$(systemctl is-active kubelet.service)" = active ]'
+expect "R2b bundle removed from the inbox" "$(ls $INBOX | wc -l)" 0
+expect "R2c ca.key mode" "$(stat -c %a /etc/kubernetes/pki/ca.key)" 600
+expect "R2c pki dir mode" "$(stat -c %a /etc/kubernetes/pki)" 700
+expect "R2c etcd dir owner and mode" "$(stat -c '%U %a' /etc/ssl/etcd/etcd)" "etcd 700"
+expect "R2c etcd key owner and mode" "$(stat -c '%U %a' /etc/ssl/etcd/etcd/peer.key)" "etcd 600"
+bad=$(find /etc/kubernetes/pki /etc/kubernetes/manifests /etc/ssl/etcd -exec stat -c '%C %n' {} + | grep -v "^$SHARED ")
+expect "R2d every placed file and directory is $SHARED" "$bad" ""
+
+echo "## R2/R3: a spare controller: kubelet runs, a pod reads pki, the next secrets arrive"
+kubelet_since=$(systemctl show -p ActiveEnterTimestampMonotonic --value kubelet.service)
+started=$(start_reader)
+check "R2e reader reads ca.crt; no apiserver.key yet" reader_sees 'ca=\[MIIBtestcert\] key=\[cat: can.t open .*No such file'
+rm -f /run/observed /run/observed.ready /run/observed.stop
+/test/label-observer /run/observed /etc/kubernetes /etc/ssl &
+obs=$!
+wait_until 10 test -f /run/observed.ready
+bundle /tmp/b2 tls/k8s/ca.crt "$CERT" tls/k8s/apiserver.crt "$CERT" tls/k8s/apiserver.key "$KEY" \
+  tls/etcd/server.key "$KEY" static-manifests/kube-scheduler.yaml $'apiVersion: v1\nkind: Pod'
+deliver /tmp/b2
+check "R2f the running pod reads the new key at once" reader_sees 'key=\[MHcCAQEEtestkeybytes\]'
+echo "  | reader: $(last_line)"
+expect "R2g same pod instance throughout, no restart" "$(podman inspect --format '{{.State.Pid}} {{.State.StartedAt}}' reader)" "$started"
+expect "R2h kubelet not restarted" "$(systemctl show -p ActiveEnterTimestampMonotonic --value kubelet.service)" "$kubelet_since"
+wait_until 10 sh -c "[ \"\$(ls $INBOX | wc -l)\" = 0 ]"
+sleep 0.5; touch /run/observed.stop; wait $obs
+echo "  | observer saw $(wc -l </run/observed) entries appear, e.g.:"; grep -m4 -E 'nodectl-|apiserver' /run/observed | sed 's/^/  |   /'
+check "R3a the observer saw the new files (and nodectld's temp files)" grep -q 'pki/apiserver.key$' /run/observed
+echo "  | $(grep -c "^$SHARED"$'\t' /run/observed) read with the shared label, $(grep -c '^<gone>' /run/observed) gone before they could be read"
+wrong=$(grep -v -e "^$SHARED"$'\t' -e '^<gone>'$'\t' /run/observed)
+expect "R3b no entry under /etc/kubernetes or /etc/ssl ever seen with another label" "$wrong" ""
+podman rm -f reader >/dev/null 2>&1
+
+echo "## R4: :z vs :Z; shared files end at s0"
+cats=$(find /etc/kubernetes/pki -exec stat -c %C {} + | grep -c ':s0:c')
+expect "R4a no category pair on shared files" "$cats" 0
+podman run --rm -v /etc/kubernetes/pki:/pki:Z $IMG true >/dev/null 2>&1   # a bootstrap pod with :Z (#708)
+echo "  | after a :Z mount: $(stat -c %C /etc/kubernetes/pki/ca.crt)"
+check "R4b :Z gave the files a private pair" sh -c "stat -c %C /etc/kubernetes/pki/ca.crt | grep -q ':s0:c[0-9]*,c[0-9]*$'"
+out=$(podman run --rm --security-opt label=level:s0 -v /etc/kubernetes/pki:/pki:ro $IMG cat /pki/ca.crt 2>&1)
+check "R4c a level s0 pod cannot read them now" grep -q 'Permission denied' <<<"$out"
+nodectl converge >/dev/null
+check "R4d nodectld's relabel puts them back to s0" wait_until 15 sh -c "[ \"\$(stat -c %C /etc/kubernetes/pki/ca.crt)\" = $SHARED ]"
+expect "R4e no category pair left" "$(find /etc/kubernetes -exec stat -c %C {} + | grep -c ':s0:c')" 0
+out=$(podman run --rm --security-opt label=level:s0 -v /etc/kubernetes/pki:/pki:ro $IMG cat /pki/ca.crt 2>&1 | head -2 | tail -1)
+expect "R4f the level s0 pod reads again" "$out" MIIBtestcert
+echo "  | relabel step: $(step_field relabel detail)"
+
+echo "## R5: bad bundles"
+count_pki() { find /etc/kubernetes /etc/ssl/etcd | wc -l; }
+n=$(count_pki)
+for case in "dotdot|../../etc/cron.d/x|escapes the bundle" "truncated|tls/k8s/front-proxy.key|truncated record" "unknown|secrets/other|unknown destination" "empty||the bundle is empty"; do
+  IFS='|' read -r name path why <<<"$case"
+  case $name in
+    truncated) bundle /tmp/bad tls/k8s/extra.crt "$CERT" "$path" "${KEY:0:40}" ;;
+    empty) : >/tmp/bad ;;
+    *) bundle /tmp/bad tls/k8s/extra.crt "$CERT" "$path" x ;;
+  esac
+  since=$(date '+%Y-%m-%d %H:%M:%S')
+  deliver /tmp/bad "bad-$name"
+  check "R5 $name: status shows the error" wait_until 15 sh -c "nodectl status --json | jq -e '.steps[] | select(.id==\"secrets\") | .error | test(\"$why\")'"
+  check "R5 $name: the journal has it" sh -c "journalctl -u nodectld.service --since '$since' --no-pager -o cat | grep -q '$why'"
+  expect "R5 $name: nothing placed" "$(count_pki)" "$n"
+  rm -f "$INBOX/bad-$name"
+  nodectl converge >/dev/null
+  wait_until 10 sh -c "[ \"\$(nodectl status --json | jq -r '.steps[] | select(.id==\"secrets\") | .state')\" != failed ]"
+done
+echo "  | $(journalctl -u nodectld.service --no-pager -o cat | grep -m1 'escapes the bundle')"
+leaks=$( { journalctl -u nodectld.service --no-pager -o verbose; nodectl status --json; } | grep -c -e testkeybytes -e 0123456789abcdef -e a2V5)
+expect "R5 no key or token bytes in the journal (all fields) or status" "$leaks" 0
+# A worker never receives etcd credentials.
+sed -i 's/role = "controller"/role = "worker"/' /etc/nodectl/config.d/10-node.toml
+bundle /tmp/bw kubelet/kubeconfig $'apiVersion: v1' tls/etcd/etcd-client.key "$KEY"
+deliver /tmp/bw worker-bundle
+check "R5 worker: etcd credentials refused" wait_until 15 sh -c "nodectl status --json | jq -e '.steps[] | select(.id==\"secrets\") | .error | test(\"etcd credentials are refused on a worker\")'"
+rm -f $INBOX/worker-bundle
+
+echo "## R6: relabel benchmark (20000 files)"
+check "R6 relabel beats chcon -R" /test/relabel-bench 20000
+
+summary secrets
