@@ -32,7 +32,7 @@ pub fn engine() -> Engine {
         Box::new(NodeFiles),
         Box::new(KubeletUnit),
         Box::new(Secrets),
-        Box::new(Relabel),
+        Box::new(Relabel::default()),
         Box::new(BootstrapKubeconfig),
         Box::new(KubeletRunning),
     ])
@@ -596,29 +596,43 @@ impl Step for Secrets {
 }
 
 /// Keeps the managed trees (`selinux.relabel`) at their label: shared `container_file_t:s0`.
-pub struct Relabel;
+/// One tracker per tree lives as long as the step (the daemon's life): after a first full scan,
+/// a check reads only entries that changed since (inotify), so a pass with nothing changed costs
+/// no label reads at all.
+#[derive(Default)]
+pub struct Relabel {
+    trackers:
+        std::sync::Mutex<std::collections::HashMap<PathBuf, nodectl_selinux::relabel::Tracker>>,
+}
 
 impl Relabel {
     pub fn label() -> nodectl_selinux::Context {
         nodectl_selinux::Context::shared_container_file()
     }
 
-    fn run(cx: &Cx, dry_run: bool) -> Vec<(PathBuf, nodectl_selinux::relabel::Report)> {
-        let want = Self::label();
-        cx.settings
-            .relabel
-            .iter()
-            .filter(|t| cx.root.path(t).exists())
-            .map(|t| {
-                let r = nodectl_selinux::relabel::relabel_tree(
-                    &cx.labeler,
-                    &cx.root.path(t),
-                    |_, _| Some(want.clone()),
-                    dry_run,
-                );
-                (t.clone(), r)
-            })
-            .collect()
+    fn run(
+        &self,
+        cx: &Cx,
+        dry_run: bool,
+    ) -> anyhow::Result<Vec<(PathBuf, nodectl_selinux::relabel::Report)>> {
+        let mut trackers = self.trackers.lock().expect("relabel trackers");
+        trackers.retain(|t, _| cx.settings.relabel.iter().any(|x| cx.root.path(x) == *t));
+        let mut out = Vec::new();
+        for tree in &cx.settings.relabel {
+            let real = cx.root.path(tree);
+            if !real.exists() {
+                continue;
+            }
+            let tracker = match trackers.entry(real.clone()) {
+                std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                std::collections::hash_map::Entry::Vacant(e) => e.insert(
+                    nodectl_selinux::relabel::Tracker::new(&real, &Self::label())
+                        .with_context(|| format!("watching {}", real.display()))?,
+                ),
+            };
+            out.push((tree.clone(), tracker.check(&cx.labeler, dry_run)));
+        }
+        Ok(out)
     }
 }
 
@@ -656,7 +670,7 @@ impl Step for Relabel {
             if let Some(why) = cx.labeler.skipped() {
                 return Ok(Observation::Converged(format!("labels skipped: {why}")));
             }
-            let reports = Self::run(cx, true);
+            let reports = self.run(cx, true)?;
             if let Some(e) = relabel_errors(&reports) {
                 return Err(e);
             }
@@ -679,9 +693,14 @@ impl Step for Relabel {
                     ));
                 }
             }
+            let how = if reports.iter().any(|(_, r)| r.full_scan) {
+                "checked"
+            } else {
+                "changed since the last check"
+            };
             Ok(if changes.is_empty() {
                 Observation::Converged(format!(
-                    "{examined} entries already labeled {}",
+                    "{examined} entries {how}, all labeled {}",
                     Self::label()
                 ))
             } else {
@@ -692,7 +711,7 @@ impl Step for Relabel {
     }
     fn apply<'a>(&'a self, cx: &'a Cx) -> BoxFuture<'a, anyhow::Result<()>> {
         async move {
-            let reports = Self::run(cx, false);
+            let reports = self.run(cx, false)?;
             for (tree, r) in &reports {
                 tracing::info!(tree = %tree.display(), examined = r.examined, changed = r.changed, errors = r.errors.len(), "relabeled {} of {} entries under {}", r.changed, r.examined, tree.display());
             }
