@@ -168,7 +168,10 @@ const SHARED: Option<&str> = Some("system_u:object_r:container_file_t:s0");
 
 /// Typhoon's layout (`/opt/bootstrap/layout`), as data. First match wins. Files shared by the
 /// control-plane static pods get `container_file_t:s0`: no categories, readable by every
-/// container, never a private pair.
+/// container, never a private pair. Files private to one container (etcd's keys, the bootstrap
+/// pod's assets, both mounted `:Z`) never get a shared label: they keep the policy's default
+/// (`label: None`), which containers cannot read, and podman gives them that container's
+/// private pair when it starts it.
 pub const TYPHOON_LAYOUT: &[Rule] = &[
     Rule {
         pattern: "tls/etcd/peer*",
@@ -178,7 +181,7 @@ pub const TYPHOON_LAYOUT: &[Rule] = &[
         dir_mode: 0o700,
         secret_mode: 0o600,
         file_mode: 0o600,
-        label: SHARED,
+        label: None,
         controller_only: true,
         etcd: true,
     },
@@ -190,7 +193,7 @@ pub const TYPHOON_LAYOUT: &[Rule] = &[
         dir_mode: 0o700,
         secret_mode: 0o600,
         file_mode: 0o600,
-        label: SHARED,
+        label: None,
         controller_only: true,
         etcd: true,
     },
@@ -262,7 +265,7 @@ pub const TYPHOON_LAYOUT: &[Rule] = &[
         dir_mode: 0o700,
         secret_mode: 0o600,
         file_mode: 0o644,
-        label: SHARED,
+        label: None,
         controller_only: true,
         etcd: false,
     },
@@ -528,11 +531,15 @@ mod tests {
             PathBuf::from("/etc/kubernetes/kubeconfig")
         );
         assert_eq!(get("kubelet/kubeconfig").mode, 0o600);
-        // Shared label: s0, no categories.
-        assert!(p
-            .files
-            .iter()
-            .all(|x| x.label.as_ref().unwrap().is_shared_level()));
+        // Shared files: s0, no categories. Private ones (etcd, bootstrap assets): no shared label.
+        for x in &p.files {
+            let private =
+                x.dest.starts_with("/etc/ssl/etcd") || x.dest.starts_with("/opt/bootstrap");
+            match &x.label {
+                Some(l) => assert!(!private && l.is_shared_level(), "{x:?}"),
+                None => assert!(private, "{x:?}"),
+            }
+        }
         let dir = |d: &str| p.dirs.iter().find(|x| x.dest == Path::new(d)).unwrap();
         assert_eq!(
             (

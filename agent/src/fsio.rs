@@ -79,6 +79,13 @@ pub struct Diff {
 }
 
 impl Diff {
+    fn missing() -> Self {
+        Diff {
+            missing: true,
+            ..Diff::default()
+        }
+    }
+
     pub fn is_empty(&self) -> bool {
         *self == Diff::default()
     }
@@ -212,18 +219,21 @@ impl<'a> Writer<'a> {
         Ok(d)
     }
 
+    /// The real path of a node path and its metadata (the entry itself, never a link's target);
+    /// `None` when it does not exist.
+    fn stat(&self, node_path: &Path) -> Result<(PathBuf, Option<fs::Metadata>), WriteError> {
+        let real = self.root.path(node_path);
+        match fs::symlink_metadata(&real) {
+            Ok(m) => Ok((real, Some(m))),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok((real, None)),
+            Err(e) => Err(werr(&real, "stat")(e)),
+        }
+    }
+
     /// What would change to make the file match `spec`. Reads only.
     pub fn check(&self, spec: &FileSpec) -> Result<Diff, WriteError> {
-        let real = self.root.path(&spec.path);
-        let meta = match fs::symlink_metadata(&real) {
-            Ok(m) => m,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                return Ok(Diff {
-                    missing: true,
-                    ..Diff::default()
-                })
-            }
-            Err(e) => return Err(werr(&real, "stat")(e)),
+        let (real, Some(meta)) = self.stat(&spec.path)? else {
+            return Ok(Diff::missing());
         };
         if !meta.file_type().is_file() {
             return Ok(Diff {
@@ -340,16 +350,8 @@ impl<'a> Writer<'a> {
     }
 
     pub fn check_dir(&self, spec: &DirSpec) -> Result<Diff, WriteError> {
-        let real = self.root.path(&spec.path);
-        let meta = match fs::symlink_metadata(&real) {
-            Ok(m) => m,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                return Ok(Diff {
-                    missing: true,
-                    ..Diff::default()
-                })
-            }
-            Err(e) => return Err(werr(&real, "stat")(e)),
+        let (real, Some(meta)) = self.stat(&spec.path)? else {
+            return Ok(Diff::missing());
         };
         if !meta.is_dir() {
             return Err(werr(&real, "check directory")(io::Error::other(
