@@ -112,13 +112,17 @@ expect "R2h kubelet not restarted" "$(systemctl show -p ActiveEnterTimestampMono
 wait_until 10 sh -c "[ \"\$(ls $INBOX | wc -l)\" = 0 ]"
 sleep 0.5; touch /run/observed.stop; wait $obs
 echo "  | observer saw $(wc -l </run/observed) entries appear, e.g.:"; grep -m4 -E 'nodectl-|apiserver' /run/observed | sed 's/^/  |   /'
-check "R3a the observer saw the new files (and nodectld's temp files)" grep -q 'pki/apiserver.key$' /run/observed
+check "R3a the observer saw the new files" grep -q 'pki/apiserver.key$' /run/observed
+check "R3a ... and nodectld's temp files, read before their rename" grep -q "^$SHARED"$'\t''.*/\.apiserver\.key\.nodectl-' /run/observed
 echo "  | $(grep -c -v '^<gone>' /run/observed) read at first sight, $(grep -c '^<gone>' /run/observed) (temp files) gone before they could be read"
 # Every entry that appeared carried, at first sight, the label it has now.
 wrong=$(while IFS=$'\t' read -r seen path; do
   [ "$seen" = "<gone>" ] && continue
-  now=$(stat -c %C "$path" 2>/dev/null) || continue
-  [ "$seen" = "$now" ] || echo "$path: first seen $seen, now $now"
+  # A temp file (.NAME.nodectl-XXXXXX) was renamed to NAME: compare with NAME's final label.
+  final=$path
+  case ${path##*/} in .*.nodectl-*) n=${path##*/}; n=${n#.}; final=${path%/*}/${n%.nodectl-*} ;; esac
+  now=$(stat -c %C "$final" 2>/dev/null) || { echo "$path: $final does not exist"; continue; }
+  [ "$seen" = "$now" ] || echo "$path: first seen $seen, final $now"
 done </run/observed)
 expect "R3b no entry under /etc/kubernetes or /etc/ssl ever seen with a label other than its final one" "$wrong" ""
 expect "R3c the new pki files were shared at first sight" \
