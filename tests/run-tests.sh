@@ -43,7 +43,8 @@ if [[ " $TIERS " == *" 2 "* || " $TIERS " == *" 3 "* ]]; then
   strip -o "$stage/label-observer" target/debug/label-observer
   strip -o "$stage/relabel-bench" target/debug/relabel-bench
   cp tests/lib/check.sh tests/vm/suites/*.sh packaging/systemd/nodectld.service \
-     packaging/dbus/org.nodectl.Agent1.conf docs/examples/worker.toml docs/examples/controller.toml "$stage/"
+     packaging/dbus/org.nodectl.Agent1.conf docs/examples/worker.toml docs/examples/controller.toml \
+     docs/examples/bootstrap-kubeconfig "$stage/"
   hdr "test image"
   tests/vm/build-image.sh || exit 1
 fi

@@ -23,32 +23,72 @@ pub const CONFIG_DIRS: [&str; 3] = [
     "/etc/nodectl/config.d",
 ];
 
-/// Every key: (table, key, what is expected). The docs test checks each appears in
-/// docs/config.md; the parser uses it to reject unknown keys with suggestions.
-pub const SCHEMA: &[(&str, &str, &str)] = &[
-    ("node", "role", "\"controller\" or \"worker\""),
+/// What a key holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Str,
+    List,
+    Bool,
+}
+
+/// Every key: (table, key, kind, what is expected). The docs test checks each appears in
+/// docs/config.md; the parser uses it to reject unknown keys (with suggestions) and wrong types.
+pub const SCHEMA: &[(&str, &str, Kind, &str)] = &[
+    ("node", "role", Kind::Str, "\"controller\" or \"worker\""),
     (
         "node",
         "name",
+        Kind::Str,
         "a DNS-1123 subdomain (lowercase letters, digits, '-', '.')",
     ),
-    ("node", "labels", "a list of \"key=value\" labels"),
-    ("node", "taints", "a list of \"key=value:Effect\" taints"),
-    ("kubelet", "image", "a container image reference"),
-    ("kubelet", "runtime", "\"podman\" or \"docker\""),
-    ("kubelet", "bootstrap_kubeconfig", "an absolute path"),
-    ("kubelet", "kubeconfig", "an absolute path"),
+    (
+        "node",
+        "labels",
+        Kind::List,
+        "a list of \"key=value\" labels",
+    ),
+    (
+        "node",
+        "taints",
+        Kind::List,
+        "a list of \"key=value:Effect\" taints",
+    ),
+    ("kubelet", "image", Kind::Str, "a container image reference"),
+    ("kubelet", "runtime", Kind::Str, "\"podman\" or \"docker\""),
+    (
+        "kubelet",
+        "bootstrap_kubeconfig",
+        Kind::Str,
+        "an absolute path",
+    ),
+    ("kubelet", "kubeconfig", Kind::Str, "an absolute path"),
+    ("kubelet", "seccomp_default", Kind::Bool, "true or false"),
+    (
+        "kubelet",
+        "cluster_dns",
+        Kind::Str,
+        "an IP address (the cluster DNS service)",
+    ),
+    (
+        "kubelet",
+        "cluster_domain",
+        Kind::Str,
+        "a DNS domain, e.g. \"cluster.local\"",
+    ),
     (
         "network",
         "provider",
+        Kind::Str,
         "\"calico\", \"flannel\" or \"cilium\"",
     ),
-    ("secrets", "inbox", "an absolute path"),
+    ("secrets", "inbox", Kind::Str, "an absolute path"),
     (
         "reboot",
         "strategy",
+        Kind::Str,
         "\"off\", \"fleet-lock\" or \"update-engine\"",
     ),
+    ("selinux", "relabel", Kind::List, "a list of absolute paths"),
 ];
 
 pub const DEFAULT_IMAGE: &str = "quay.io/poseidon/kubelet:v1.36.1";
@@ -115,6 +155,9 @@ pub struct KubeletFragment {
     pub runtime: Option<String>,
     pub bootstrap_kubeconfig: Option<String>,
     pub kubeconfig: Option<String>,
+    pub seccomp_default: Option<bool>,
+    pub cluster_dns: Option<String>,
+    pub cluster_domain: Option<String>,
 }
 
 #[derive(Debug, Default, Clone, PartialEq, Eq, Deserialize)]
@@ -185,7 +228,7 @@ impl Fragment {
             )
         })?;
         let tables: Vec<&str> = {
-            let mut t: Vec<&str> = SCHEMA.iter().map(|(t, _, _)| *t).collect();
+            let mut t: Vec<&str> = SCHEMA.iter().map(|(t, _, _, _)| *t).collect();
             t.dedup();
             t
         };
@@ -202,23 +245,23 @@ impl Fragment {
             };
             for (key, v) in inner {
                 let dotted = format!("{name}.{key}");
-                let Some((_, _, expected)) = SCHEMA.iter().find(|(t, k, _)| t == name && k == key)
+                let Some((_, _, kind, expected)) =
+                    SCHEMA.iter().find(|(t, k, _, _)| t == name && k == key)
                 else {
                     let known = SCHEMA
                         .iter()
-                        .filter(|(t, _, _)| t == name)
-                        .map(|(_, k, _)| *k);
+                        .filter(|(t, _, _, _)| t == name)
+                        .map(|(_, k, _, _)| *k);
                     return Err(err(
                         Some(file),
                         &dotted,
                         format!("unknown key{}", suggest(key, known)),
                     ));
                 };
-                let is_list = matches!(key.as_str(), "labels" | "taints" | "relabel");
-                let type_ok = if is_list {
-                    v.as_array().is_some_and(|a| a.iter().all(|x| x.is_str()))
-                } else {
-                    v.is_str()
+                let type_ok = match kind {
+                    Kind::List => v.as_array().is_some_and(|a| a.iter().all(|x| x.is_str())),
+                    Kind::Str => v.is_str(),
+                    Kind::Bool => v.is_bool(),
                 };
                 if !type_ok {
                     return Err(err(
@@ -261,7 +304,10 @@ macro_rules! merge_fields {
 impl Merged {
     pub fn add(&mut self, frag: Fragment, file: &Path) {
         merge_fields!(self, frag, file, node: role, name, labels, taints);
-        merge_fields!(self, frag, file, kubelet: image, runtime, bootstrap_kubeconfig, kubeconfig);
+        merge_fields!(
+            self, frag, file,
+            kubelet: image, runtime, bootstrap_kubeconfig, kubeconfig, seccomp_default, cluster_dns, cluster_domain
+        );
         merge_fields!(self, frag, file, network: provider);
         merge_fields!(self, frag, file, secrets: inbox);
         merge_fields!(self, frag, file, reboot: strategy);
@@ -360,6 +406,10 @@ pub struct Settings {
     pub runtime: Runtime,
     pub bootstrap_kubeconfig: PathBuf,
     pub kubeconfig: PathBuf,
+    /// kubelet's `seccompDefault`: every pod gets the RuntimeDefault profile.
+    pub seccomp_default: bool,
+    pub cluster_dns: std::net::IpAddr,
+    pub cluster_domain: String,
     pub network: Network,
     pub secrets_inbox: PathBuf,
     pub reboot: RebootStrategy,
@@ -450,8 +500,8 @@ impl Settings {
         let expected = |key: &str| {
             SCHEMA
                 .iter()
-                .find(|(t, k, _)| format!("{t}.{k}") == key)
-                .map(|(_, _, e)| *e)
+                .find(|(t, k, _, _)| format!("{t}.{k}") == key)
+                .map(|(_, _, _, e)| *e)
                 .unwrap_or("")
         };
         let bad = |key: &str, v: &str| at(key, format!("expected {}, found {v:?}", expected(key)));
@@ -527,6 +577,17 @@ impl Settings {
             f.kubelet.kubeconfig.as_ref(),
             "/var/lib/kubelet/kubeconfig",
         )?;
+        let seccomp_default = f.kubelet.seccomp_default.unwrap_or(true);
+        let dns = f.kubelet.cluster_dns.as_deref().unwrap_or("10.3.0.10");
+        let cluster_dns = dns.parse().map_err(|_| bad("kubelet.cluster_dns", dns))?;
+        let cluster_domain = f
+            .kubelet
+            .cluster_domain
+            .clone()
+            .unwrap_or_else(|| "cluster.local".into());
+        if !is_dns_subdomain(&cluster_domain) {
+            return Err(bad("kubelet.cluster_domain", &cluster_domain));
+        }
         let network = match f.network.provider.as_deref().unwrap_or("cilium") {
             "calico" => Network::Calico,
             "flannel" => Network::Flannel,
@@ -562,6 +623,9 @@ impl Settings {
             runtime,
             bootstrap_kubeconfig,
             kubeconfig,
+            seccomp_default,
+            cluster_dns,
+            cluster_domain,
             network,
             secrets_inbox,
             reboot,
@@ -723,6 +787,31 @@ mod tests {
         .unwrap_err();
         assert_eq!(e.key, "node.name");
 
+        let e = settings(
+            &[(
+                "30.toml",
+                "[node]\nrole = \"worker\"\n[kubelet]\nseccomp_default = \"yes\"\n",
+            )],
+            &Host::generic(),
+        )
+        .unwrap_err();
+        assert_eq!(e.key, "kubelet.seccomp_default");
+        assert!(
+            e.to_string()
+                .contains("expected true or false, found string"),
+            "{e}"
+        );
+
+        let e = settings(
+            &[(
+                "30.toml",
+                "[node]\nrole = \"worker\"\n[kubelet]\ncluster_dns = \"10.3.0\"\n",
+            )],
+            &Host::generic(),
+        )
+        .unwrap_err();
+        assert_eq!(e.key, "kubelet.cluster_dns");
+
         let e = settings(&[("30.toml", "[node\nrole=1")], &Host::generic()).unwrap_err();
         assert!(
             e.to_string()
@@ -752,7 +841,7 @@ mod tests {
     #[test]
     fn every_key_is_documented() {
         let doc = include_str!("../../docs/config.md");
-        for (t, k, _) in SCHEMA {
+        for (t, k, _, _) in SCHEMA {
             let needle = format!("`{t}.{k}`");
             assert!(
                 doc.contains(&needle),

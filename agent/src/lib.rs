@@ -14,6 +14,7 @@ pub mod dbus;
 pub mod engine;
 pub mod fsio;
 pub mod host;
+pub mod kubeconfig;
 pub mod load;
 pub mod logging;
 pub mod root;

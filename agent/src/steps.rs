@@ -4,7 +4,7 @@
 //! node-files ──────────────────────────────┐
 //! kubelet-unit ────────────────────────────┤
 //! secrets ──> relabel ─────────────────────┼──> kubelet-running
-//! secrets ──> bootstrap-kubeconfig ────────┘
+//! secrets ──> bootstrap-kubeconfig ──> kubelet-ca ┘
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -25,6 +25,9 @@ pub const SYSTEMD_DIR: &str = "/etc/systemd/system";
 /// a crash between the two still restarts kubelet on the next pass.
 pub const RESTART_MARKER: &str = "/run/nodectl/kubelet.restart-pending";
 pub const MANAGED_HEADER: &str = "# Managed by nodectl";
+pub const KUBELET_YAML: &str = "/etc/kubernetes/kubelet.yaml";
+/// The cluster CA kubelet verifies clients against, taken from the bootstrap kubeconfig.
+pub const KUBELET_CA: &str = "/etc/kubernetes/ca.crt";
 
 /// The steps of a node, in an engine.
 pub fn engine() -> Engine {
@@ -34,6 +37,7 @@ pub fn engine() -> Engine {
         Box::new(Secrets),
         Box::new(Relabel::default()),
         Box::new(BootstrapKubeconfig),
+        Box::new(KubeletCa),
         Box::new(KubeletRunning),
     ])
     .expect("the built-in step graph is acyclic")
@@ -153,9 +157,21 @@ impl NodeFiles {
                 0o644,
             ),
         ];
+        let kubelet_yaml = kubelet::KubeletConfig {
+            cluster_dns: s.cluster_dns.to_string(),
+            cluster_domain: s.cluster_domain.clone(),
+            seccomp_default: s.seccomp_default,
+            client_ca_file: KUBELET_CA.into(),
+        };
+        files.push(FileSpec {
+            label: managed_label(cx, Path::new(KUBELET_YAML)),
+            ..FileSpec::new(KUBELET_YAML, kubelet_yaml.render(), 0o644)
+        });
         let link = PathBuf::from("/etc/systemd/network").join(kubelet::FLANNEL_LINK);
         let mut remove_if_ours = Vec::new();
-        if s.network == Network::Flannel && cx.host.os == Os::FedoraCoreos {
+        // udev's default MACAddressPolicy=persistent would replace flannel.1's MAC on FCOS and on
+        // other systemd hosts; Flatcar ships its own link file for flannel.
+        if s.network == Network::Flannel && cx.host.os != Os::Flatcar {
             files.push(FileSpec::new(&link, kubelet::flannel_link(), 0o644));
         } else {
             remove_if_ours.push(link);
@@ -167,6 +183,8 @@ impl NodeFiles {
             ("/opt/cni/bin", 0o755),
             ("/var/lib/kubelet", 0o700),
             ("/var/lib/kubelet/volumeplugins", 0o755),
+            // kubelet's container mounts it; podman refuses a missing host path.
+            ("/var/lib/containerd", 0o711),
         ]
         .into_iter()
         .map(|(p, m)| DirSpec {
@@ -393,6 +411,57 @@ impl Step for BootstrapKubeconfig {
     }
 }
 
+/// `/etc/kubernetes/ca.crt` (kubelet.yaml's `clientCAFile`), taken from the bootstrap
+/// kubeconfig's cluster by parsing it, not by a grep/awk/base64 pipeline.
+pub struct KubeletCa;
+
+impl KubeletCa {
+    fn spec(cx: &Cx) -> anyhow::Result<FileSpec> {
+        let pem = crate::kubeconfig::cluster_ca(&cx.root, &cx.settings.bootstrap_kubeconfig)?;
+        Ok(FileSpec {
+            label: managed_label(cx, Path::new(KUBELET_CA)),
+            ..FileSpec::new(KUBELET_CA, pem, 0o644)
+        })
+    }
+}
+
+impl Step for KubeletCa {
+    fn id(&self) -> &'static str {
+        "kubelet-ca"
+    }
+    fn description(&self) -> &'static str {
+        "the cluster CA for kubelet, from the bootstrap kubeconfig"
+    }
+    fn deps(&self) -> &'static [&'static str] {
+        &["bootstrap-kubeconfig"]
+    }
+    fn observe<'a>(&'a self, cx: &'a Cx) -> BoxFuture<'a, anyhow::Result<Observation>> {
+        async move {
+            let set = FileSet {
+                files: vec![Self::spec(cx)?],
+                ..FileSet::default()
+            };
+            let changes = set.changes(cx)?;
+            Ok(if changes.is_empty() {
+                Observation::Converged(format!(
+                    "{KUBELET_CA} matches {}",
+                    cx.settings.bootstrap_kubeconfig.display()
+                ))
+            } else {
+                Observation::Changes(changes)
+            })
+        }
+        .boxed()
+    }
+    fn apply<'a>(&'a self, cx: &'a Cx) -> BoxFuture<'a, anyhow::Result<()>> {
+        async move {
+            cx.writer().write(&Self::spec(cx)?)?;
+            Ok(())
+        }
+        .boxed()
+    }
+}
+
 /// kubelet is started once everything it needs is in place.
 pub struct KubeletRunning;
 
@@ -410,6 +479,7 @@ impl Step for KubeletRunning {
             "secrets",
             "relabel",
             "bootstrap-kubeconfig",
+            "kubelet-ca",
         ]
     }
     fn observe<'a>(&'a self, cx: &'a Cx) -> BoxFuture<'a, anyhow::Result<Observation>> {
@@ -721,5 +791,53 @@ impl Step for Relabel {
             }
         }
         .boxed()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// kubelet must never start before anything else the node needs: every other step is a
+    /// (transitive) dependency of kubelet-running.
+    #[test]
+    fn kubelet_running_depends_on_every_other_step() {
+        let steps: Vec<Box<dyn Step>> = vec![
+            Box::new(NodeFiles),
+            Box::new(KubeletUnit),
+            Box::new(Secrets),
+            Box::new(Relabel::default()),
+            Box::new(BootstrapKubeconfig),
+            Box::new(KubeletCa),
+            Box::new(KubeletRunning),
+        ];
+        assert_eq!(
+            engine().step_ids().len(),
+            steps.len(),
+            "a step was added to engine() but not to this test"
+        );
+        let deps = |id: &str| -> Vec<&'static str> {
+            steps
+                .iter()
+                .find(|s| s.id() == id)
+                .map(|s| s.deps().to_vec())
+                .unwrap_or_default()
+        };
+        let mut reach = std::collections::BTreeSet::new();
+        let mut todo = deps("kubelet-running");
+        while let Some(d) = todo.pop() {
+            if reach.insert(d) {
+                todo.extend(deps(d));
+            }
+        }
+        for s in &steps {
+            if s.id() != "kubelet-running" {
+                assert!(
+                    reach.contains(s.id()),
+                    "kubelet-running does not wait for {}",
+                    s.id()
+                );
+            }
+        }
     }
 }

@@ -36,6 +36,15 @@ fn example_worker() -> String {
     .unwrap()
 }
 
+/// Typhoon's bootstrap kubeconfig (docs/examples/bootstrap-kubeconfig).
+fn bootstrap_kubeconfig() -> String {
+    std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../docs/examples/bootstrap-kubeconfig"
+    ))
+    .unwrap()
+}
+
 fn calls(root: &Path) -> serde_json::Value {
     let t = std::fs::read_to_string(root.join("run/nodectl/offline-systemd.json")).unwrap();
     serde_json::from_str::<serde_json::Value>(&t).unwrap()["calls"].clone()
@@ -99,7 +108,7 @@ fn kubelet_starts_only_after_bootstrap_kubeconfig_and_reruns_make_no_calls() {
 
     std::fs::write(
         d.path().join("etc/kubernetes/kubeconfig"),
-        "apiVersion: v1\n",
+        bootstrap_kubeconfig(),
     )
     .unwrap();
     let (rc, out, _) = nodectl(d.path(), &["apply"]);
@@ -177,7 +186,7 @@ fn status_without_daemon_reads_disk_and_says_so() {
     assert_eq!(v["host"]["selinux"]["mode"], "absent");
     assert_eq!(v["host"]["labels_applied"], false);
     assert_eq!(v["settings"]["role"], "worker");
-    assert_eq!(v["steps"].as_array().unwrap().len(), 6);
+    assert_eq!(v["steps"].as_array().unwrap().len(), 7);
     let (_, human, _) = nodectl(d.path(), &["status"]);
     assert!(human.contains("nodectld: not running"), "{human}");
     assert!(
@@ -263,12 +272,12 @@ fn controller_bundle() -> String {
             "manifests/coredns/service.yaml",
             "apiVersion: v1\nkind: Service",
         ),
-        (
-            "kubelet/kubeconfig",
-            "apiVersion: v1\nusers:\n- user:\n    token: abcdef.0123456789abcdef",
-        ),
+        ("kubelet/kubeconfig", BOOTSTRAP_IN_BUNDLE),
     ])
 }
+
+/// The bootstrap kubeconfig as a bundle record (no trailing newline: the record adds one).
+const BOOTSTRAP_IN_BUNDLE: &str = "apiVersion: v1\nkind: Config\nclusters:\n- name: local\n  cluster:\n    server: https://controller.example.com:6443\n    certificate-authority-data: LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCk1JSUJmYWtlCi0tLS0tRU5EIENFUlRJRklDQVRFLS0tLS0K\nusers:\n- name: kubelet\n  user:\n    token: abcdef.0123456789abcdef\ncontexts:\n- context:\n    cluster: local\n    user: kubelet";
 
 #[test]
 fn controller_waits_for_its_bundle_then_places_it_and_starts_kubelet() {
@@ -413,7 +422,7 @@ fn worker_refuses_etcd_credentials() {
         r,
         "assets",
         &typhoon_bundle(&[
-            ("kubelet/kubeconfig", "apiVersion: v1"),
+            ("kubelet/kubeconfig", BOOTSTRAP_IN_BUNDLE),
             ("tls/etcd/etcd-client.key", KEY),
         ]),
     );
@@ -428,7 +437,7 @@ fn worker_refuses_etcd_credentials() {
     drop_bundle(
         r,
         "assets",
-        &typhoon_bundle(&[("kubelet/kubeconfig", "apiVersion: v1")]),
+        &typhoon_bundle(&[("kubelet/kubeconfig", BOOTSTRAP_IN_BUNDLE)]),
     );
     let (rc, out, _) = nodectl(r, &["apply"]);
     assert_eq!(rc, 0, "{out}");
@@ -450,4 +459,43 @@ fn a_bundle_still_being_written_is_left_alone() {
     assert_eq!(rc, 0, "{out}");
     assert!(out.contains("completely written"), "{out}");
     assert!(!r.join("etc/kubernetes/pki").exists());
+}
+
+#[test]
+fn kubelet_is_not_started_when_its_ca_cannot_be_read() {
+    let d = scratch(&example_worker());
+    let r = d.path();
+    std::fs::create_dir_all(r.join("etc/kubernetes")).unwrap();
+    // A kubeconfig without a cluster CA: kubelet could not verify anyone.
+    std::fs::write(
+        r.join("etc/kubernetes/kubeconfig"),
+        "apiVersion: v1\nclusters:\n- name: local\n  cluster:\n    server: https://x:6443\n",
+    )
+    .unwrap();
+    let (rc, out, _) = nodectl(r, &["apply"]);
+    assert_eq!(rc, 1, "{out}");
+    assert!(
+        out.contains(
+            "cluster \"local\" has neither certificate-authority-data nor certificate-authority"
+        ),
+        "{out}"
+    );
+    assert!(out.contains("kubelet-running       blocked"), "{out}");
+    assert_eq!(calls(r)["start"], 0, "kubelet started without its CA");
+    // Once the kubeconfig is right, ca.crt is written from it and kubelet starts.
+    std::fs::write(r.join("etc/kubernetes/kubeconfig"), bootstrap_kubeconfig()).unwrap();
+    let (rc, out, _) = nodectl(r, &["apply"]);
+    assert_eq!(rc, 0, "{out}");
+    let ca = std::fs::read_to_string(r.join("etc/kubernetes/ca.crt")).unwrap();
+    assert!(
+        ca.starts_with("-----BEGIN CERTIFICATE-----\nMIIBexampleCA"),
+        "{ca}"
+    );
+    assert_eq!(calls(r)["start"], 1);
+    let yaml = std::fs::read_to_string(r.join("etc/kubernetes/kubelet.yaml")).unwrap();
+    assert!(
+        yaml.contains("clientCAFile: /etc/kubernetes/ca.crt")
+            && yaml.contains("seccompDefault: true"),
+        "{yaml}"
+    );
 }

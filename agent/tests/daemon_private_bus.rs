@@ -154,7 +154,12 @@ async fn daemon_serves_status_and_wakes_on_events() {
     );
 
     // Provisioning drops the bootstrap kubeconfig: inotify wakes the daemon, kubelet starts.
-    std::fs::write(root.join("etc/kubernetes/kubeconfig"), "apiVersion: v1\n").unwrap();
+    let kubeconfig = std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../docs/examples/bootstrap-kubeconfig"
+    ))
+    .unwrap();
+    std::fs::write(root.join("etc/kubernetes/kubeconfig"), kubeconfig).unwrap();
     let v = until(&bus, "kubelet started", |v| {
         step_state(v, "kubelet-running") == "applied"
             || step_state(v, "kubelet-running") == "converged"

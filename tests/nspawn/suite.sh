@@ -1,7 +1,7 @@
 #!/bin/bash
 # Tier 2, inside systemd-nspawn (real systemd PID 1 and system bus; no SELinux, no udev).
 # /test holds: check.sh, nodectld, nodectl, systemd_live (the units crate's live test binary),
-# nodectld.service, org.nodectl.Agent1.conf, worker.toml.
+# nodectld.service, org.nodectl.Agent1.conf, worker.toml, bootstrap-kubeconfig.
 . /test/check.sh
 export NO_COLOR=1
 
@@ -42,7 +42,7 @@ printf '%s\n' "$human" | sed 's/^/  | /'
 check "human status names the daemon state" grep -q "nodectld: ready" <<<"$human"
 
 echo "## sequencing: kubelet starts when the bootstrap kubeconfig arrives (inotify, no restart of nodectld)"
-printf 'apiVersion: v1\nkind: Config\n' >/etc/kubernetes/kubeconfig.tmp && mv /etc/kubernetes/kubeconfig.tmp /etc/kubernetes/kubeconfig
+cp /test/bootstrap-kubeconfig /etc/kubernetes/.kubeconfig.tmp && mv /etc/kubernetes/.kubeconfig.tmp /etc/kubernetes/kubeconfig
 check "kubelet becomes active" wait_until 15 sh -c '[ "$(systemctl is-active kubelet.service)" = active ]'
 check "status says converged" wait_until 10 sh -c 'nodectl status --json | jq -e ".daemon.status_line == \"node converged\""'
 expect "nodectld never restarted" "$(systemctl show -p NRestarts --value nodectld.service)" 0

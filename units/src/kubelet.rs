@@ -96,6 +96,7 @@ impl KubeletSpec {
             ("/var/lib/containerd", "/var/lib/containerd", String::new()),
             ("/var/lib/kubelet", "/var/lib/kubelet", z("rshared,z")),
             ("/var/log", "/var/log", String::new()),
+            ("/var/run/lock", "/var/run/lock", z("z")),
             ("/opt/cni/bin", "/opt/cni/bin", z("z")),
         ]);
         v.into_iter()
@@ -262,5 +263,87 @@ mod tests {
         let l = flannel_link();
         assert!(l.contains("[Match]\nOriginalName=flannel*\n"));
         assert!(l.contains("[Link]\nMACAddressPolicy=none\n"));
+    }
+}
+
+/// `/etc/kubernetes/kubelet.yaml`: the KubeletConfiguration Typhoon writes, with `seccompDefault`
+/// as a setting.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KubeletConfig {
+    pub cluster_dns: String,
+    pub cluster_domain: String,
+    pub seccomp_default: bool,
+    /// Where kubelet finds the cluster CA it verifies clients against.
+    pub client_ca_file: String,
+}
+
+impl KubeletConfig {
+    pub fn render(&self) -> String {
+        format!(
+            "# Managed by nodectl: changes here are overwritten (see nodectl's kubelet.* settings).
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+authentication:
+  anonymous:
+    enabled: false
+  webhook:
+    enabled: true
+  x509:
+    clientCAFile: {ca}
+authorization:
+  mode: Webhook
+cgroupDriver: systemd
+clusterDNS:
+  - {dns}
+clusterDomain: {domain}
+healthzPort: 0
+rotateCertificates: true
+seccompDefault: {seccomp}
+serializeImagePulls: false
+shutdownGracePeriod: 45s
+shutdownGracePeriodCriticalPods: 30s
+staticPodPath: /etc/kubernetes/manifests
+readOnlyPort: 0
+resolvConf: /run/systemd/resolve/resolv.conf
+volumePluginDir: /var/lib/kubelet/volumeplugins
+",
+            ca = self.client_ca_file,
+            dns = self.cluster_dns,
+            domain = self.cluster_domain,
+            seccomp = self.seccomp_default,
+        )
+    }
+}
+
+#[cfg(test)]
+mod config_tests {
+    use super::*;
+
+    #[test]
+    fn kubelet_yaml_has_typhoons_settings_and_seccomp_default() {
+        let c = KubeletConfig {
+            cluster_dns: "10.3.0.10".into(),
+            cluster_domain: "cluster.local".into(),
+            seccomp_default: true,
+            client_ca_file: "/etc/kubernetes/ca.crt".into(),
+        };
+        let y = c.render();
+        for want in [
+            "kind: KubeletConfiguration",
+            "cgroupDriver: systemd",
+            "clusterDNS:\n  - 10.3.0.10\n",
+            "seccompDefault: true",
+            "clientCAFile: /etc/kubernetes/ca.crt",
+            "rotateCertificates: true",
+            "shutdownGracePeriod: 45s",
+        ] {
+            assert!(y.contains(want), "{want:?} missing:\n{y}");
+        }
+        let off = KubeletConfig {
+            seccomp_default: false,
+            ..c
+        }
+        .render();
+        assert!(off.contains("seccompDefault: false"));
     }
 }

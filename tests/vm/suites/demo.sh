@@ -12,7 +12,7 @@ run nodectl plan
 run systemctl start nodectld.service
 run nodectl status
 say "# provisioning drops the bootstrap kubeconfig (as Ignition or Terraform over SSH would)"
-printf 'apiVersion: v1\nkind: Config\n' >/etc/kubernetes/.kubeconfig.tmp && mv /etc/kubernetes/.kubeconfig.tmp /etc/kubernetes/kubeconfig
+cp /test/bootstrap-kubeconfig /etc/kubernetes/.kubeconfig.tmp && mv /etc/kubernetes/.kubeconfig.tmp /etc/kubernetes/kubeconfig
 for _ in $(seq 50); do [ "$(systemctl is-active kubelet.service)" = active ] && break; sleep 0.2; done
 run systemctl --no-pager status kubelet.service --lines=3
 run nodectl status

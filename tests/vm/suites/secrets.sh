@@ -77,7 +77,7 @@ expect "kubelet not started before the secrets" "$(systemctl is-active kubelet.s
 bundle /tmp/b1 tls/k8s/ca.crt "$CERT" tls/k8s/ca.key "$KEY" tls/etcd/peer.crt "$CERT" tls/etcd/peer.key "$KEY" \
   tls/etcd/server.crt "$CERT" tls/etcd/etcd-client.key "$KEY" auth/admin.conf $'apiVersion: v1\nusers:\n- user:\n    client-key-data: a2V5' \
   static-manifests/kube-apiserver.yaml $'apiVersion: v1\nkind: Pod' manifests/coredns/service.yaml $'kind: Service' \
-  kubelet/kubeconfig $'apiVersion: v1\nusers:\n- user:\n    token: abcdef.0123456789abcdef'
+  kubelet/kubeconfig "$(grep -v '^#' /test/bootstrap-kubeconfig)"
 deliver /tmp/b1
 check "R2a kubelet starts once the bundle is placed" wait_until 20 sh -c '[ "$(systemctl is-active kubelet.service)" = active ]'
 expect "R2b bundle removed from the inbox" "$(ls $INBOX | wc -l)" 0
@@ -188,7 +188,7 @@ leaks=$( { journalctl -u nodectld.service --no-pager -o verbose; nodectl status 
 expect "R5 no key or token bytes in the journal (all fields) or status" "$leaks" 0
 # A worker never receives etcd credentials.
 sed -i 's/role = "controller"/role = "worker"/' /etc/nodectl/config.d/10-node.toml
-bundle /tmp/bw kubelet/kubeconfig $'apiVersion: v1' tls/etcd/etcd-client.key "$KEY"
+bundle /tmp/bw kubelet/kubeconfig "$(grep -v '^#' /test/bootstrap-kubeconfig)" tls/etcd/etcd-client.key "$KEY"
 deliver /tmp/bw worker-bundle
 check "R5 worker: etcd credentials refused" wait_until 15 sh -c "nodectl status --json | jq -e '.steps[] | select(.id==\"secrets\") | .error | test(\"etcd credentials are refused on a worker\")'"
 rm -f $INBOX/worker-bundle

@@ -1,0 +1,229 @@
+//! Reading kubeconfigs: Typhoon's bootstrap kubeconfig (one cluster with
+//! `certificate-authority-data`, one user with a token, one context *without a name*, no
+//! `current-context`) and ordinary ones.
+//!
+//! kube's typed `Kubeconfig` requires every context to be named, which kubelet's loader does not,
+//! so the YAML is read with the parser kube uses into a value, nameless contexts get the empty
+//! name kubelet assumes, and the value is then deserialized into kube's types.
+
+use std::path::Path;
+
+use base64::Engine as _;
+use kube::config::Kubeconfig;
+
+use crate::root::Root;
+
+#[derive(Debug, thiserror::Error)]
+#[error("{file}: {message}")]
+pub struct KubeconfigError {
+    pub file: String,
+    pub message: String,
+}
+
+fn err(file: &Path, message: impl Into<String>) -> KubeconfigError {
+    KubeconfigError {
+        file: file.display().to_string(),
+        message: message.into(),
+    }
+}
+
+/// Parses a kubeconfig's text. `file` is for errors.
+pub fn parse(text: &str, file: &Path) -> Result<Kubeconfig, KubeconfigError> {
+    let mut v: serde_json::Value =
+        serde_saphyr::from_str(text).map_err(|e| err(file, format!("not valid YAML: {e}")))?;
+    if !v.is_object() {
+        return Err(err(
+            file,
+            "not a kubeconfig (expected a mapping with clusters, users, contexts)",
+        ));
+    }
+    for section in ["contexts", "clusters", "users"] {
+        if let Some(items) = v.get_mut(section).and_then(|s| s.as_array_mut()) {
+            for item in items {
+                if let Some(o) = item.as_object_mut() {
+                    o.entry("name")
+                        .or_insert_with(|| serde_json::Value::String(String::new()));
+                }
+            }
+        }
+    }
+    serde_json::from_value(v).map_err(|e| err(file, format!("not a kubeconfig: {e}")))
+}
+
+/// The cluster kubelet would use: the current context's, else the only context's, else the only
+/// cluster.
+pub fn cluster<'k>(
+    kc: &'k Kubeconfig,
+    file: &Path,
+) -> Result<&'k kube::config::NamedCluster, KubeconfigError> {
+    let context = match &kc.current_context {
+        Some(name) => Some(
+            kc.contexts
+                .iter()
+                .find(|c| &c.name == name)
+                .ok_or_else(|| {
+                    err(
+                        file,
+                        format!("current-context {name:?} is not among the contexts"),
+                    )
+                })?,
+        ),
+        None if kc.contexts.len() == 1 => kc.contexts.first(),
+        None => None,
+    };
+    let name = match context.and_then(|c| c.context.as_ref()) {
+        Some(c) => c.cluster.clone(),
+        None if kc.clusters.len() == 1 => kc.clusters[0].name.clone(),
+        None => {
+            return Err(err(
+                file,
+                format!(
+                    "{} clusters and no current-context: cannot tell which one kubelet uses",
+                    kc.clusters.len()
+                ),
+            ))
+        }
+    };
+    kc.clusters.iter().find(|c| c.name == name).ok_or_else(|| {
+        err(
+            file,
+            format!("context names cluster {name:?}, which is not defined"),
+        )
+    })
+}
+
+/// The cluster CA certificates (PEM) of the kubeconfig at `node_path`: from
+/// `certificate-authority-data`, or the `certificate-authority` file (relative to the kubeconfig).
+pub fn cluster_ca(root: &Root, node_path: &Path) -> Result<Vec<u8>, KubeconfigError> {
+    let real = root.path(node_path);
+    let text =
+        std::fs::read_to_string(&real).map_err(|e| err(node_path, format!("cannot read: {e}")))?;
+    let kc = parse(&text, node_path)?;
+    let named = cluster(&kc, node_path)?;
+    let c = named.cluster.as_ref().ok_or_else(|| {
+        err(
+            node_path,
+            format!("cluster {:?} has no `cluster` section", named.name),
+        )
+    })?;
+    let pem = if let Some(data) = &c.certificate_authority_data {
+        base64::engine::general_purpose::STANDARD
+            .decode(data.trim())
+            .map_err(|e| {
+                err(
+                    node_path,
+                    format!(
+                        "clusters[{:?}].certificate-authority-data is not base64: {e}",
+                        named.name
+                    ),
+                )
+            })?
+    } else if let Some(file) = &c.certificate_authority {
+        let p = node_path.parent().unwrap_or(Path::new("/")).join(file);
+        std::fs::read(root.path(&p)).map_err(|e| {
+            err(
+                node_path,
+                format!("certificate-authority {}: {e}", p.display()),
+            )
+        })?
+    } else {
+        return Err(err(
+            node_path,
+            format!(
+                "cluster {:?} has neither certificate-authority-data nor certificate-authority",
+                named.name
+            ),
+        ));
+    };
+    if !String::from_utf8_lossy(&pem).contains("-----BEGIN CERTIFICATE-----") {
+        return Err(err(
+            node_path,
+            format!(
+                "cluster {:?}: the certificate authority is not a PEM certificate",
+                named.name
+            ),
+        ));
+    }
+    Ok(pem)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CA: &str = "-----BEGIN CERTIFICATE-----\nMIIBfake\n-----END CERTIFICATE-----\n";
+
+    fn typhoon_bootstrap(ca_b64: &str) -> String {
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: local\n  cluster:\n    server: https://10.0.0.1:6443\n    certificate-authority-data: {ca_b64}\nusers:\n- name: kubelet\n  user:\n    token: abcdef.0123456789abcdef\ncontexts:\n- context:\n    cluster: local\n    user: kubelet\n"
+        )
+    }
+
+    fn root_with(path: &str, text: &str) -> (tempfile::TempDir, Root) {
+        let d = tempfile::tempdir().unwrap();
+        let r = Root::new(d.path());
+        std::fs::create_dir_all(r.path(path).parent().unwrap()).unwrap();
+        std::fs::write(r.path(path), text).unwrap();
+        (d, r)
+    }
+
+    #[test]
+    fn reads_typhoons_nameless_context() {
+        let b64 = base64::engine::general_purpose::STANDARD.encode(CA);
+        let kc = parse(
+            &typhoon_bootstrap(&b64),
+            Path::new("/etc/kubernetes/kubeconfig"),
+        )
+        .unwrap();
+        assert_eq!(kc.contexts.len(), 1);
+        assert_eq!(kc.contexts[0].name, "");
+        let (_d, r) = root_with("/etc/kubernetes/kubeconfig", &typhoon_bootstrap(&b64));
+        assert_eq!(
+            cluster_ca(&r, Path::new("/etc/kubernetes/kubeconfig")).unwrap(),
+            CA.as_bytes()
+        );
+    }
+
+    #[test]
+    fn reads_a_ca_file_relative_to_the_kubeconfig_and_honours_current_context() {
+        let text = "apiVersion: v1\nclusters:\n- name: a\n  cluster:\n    server: https://a\n    certificate-authority: ca-a.crt\n- name: b\n  cluster:\n    server: https://b\n    certificate-authority: ca-b.crt\ncontexts:\n- name: ctx-a\n  context:\n    cluster: a\n- name: ctx-b\n  context:\n    cluster: b\ncurrent-context: ctx-b\n";
+        let (_d, r) = root_with("/etc/kubernetes/kubeconfig", text);
+        std::fs::write(r.path("/etc/kubernetes/ca-b.crt"), CA).unwrap();
+        assert_eq!(
+            cluster_ca(&r, Path::new("/etc/kubernetes/kubeconfig")).unwrap(),
+            CA.as_bytes()
+        );
+    }
+
+    #[test]
+    fn errors_name_the_file_and_the_field() {
+        let p = Path::new("/etc/kubernetes/kubeconfig");
+        let (_d, r) = root_with(
+            "/etc/kubernetes/kubeconfig",
+            &typhoon_bootstrap("not*base64"),
+        );
+        let e = cluster_ca(&r, p).unwrap_err().to_string();
+        assert!(
+            e.starts_with("/etc/kubernetes/kubeconfig: ")
+                && e.contains("certificate-authority-data is not base64"),
+            "{e}"
+        );
+        let (_d, r) = root_with("/etc/kubernetes/kubeconfig", "clusters: [");
+        assert!(cluster_ca(&r, p)
+            .unwrap_err()
+            .to_string()
+            .contains("not valid YAML"));
+        let two = "clusters:\n- name: a\n  cluster: {server: \"https://x\"}\n- name: b\n  cluster: {server: \"https://y\"}\n";
+        let (_d, r) = root_with("/etc/kubernetes/kubeconfig", two);
+        let e = cluster_ca(&r, p).unwrap_err().to_string();
+        assert!(e.contains("2 clusters and no current-context"), "{e}");
+        let (_d, r) = root_with(
+            "/etc/kubernetes/kubeconfig",
+            &typhoon_bootstrap(&base64::engine::general_purpose::STANDARD.encode("hello")),
+        );
+        assert!(cluster_ca(&r, p)
+            .unwrap_err()
+            .to_string()
+            .contains("not a PEM certificate"));
+    }
+}
