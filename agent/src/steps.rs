@@ -255,7 +255,9 @@ impl KubeletUnit {
             bootstrap_kubeconfig: s.bootstrap_kubeconfig.display().to_string(),
             kubeconfig: s.kubeconfig.display().to_string(),
             config: "/etc/kubernetes/kubelet.yaml".into(),
-            selinux: cx.host.selinux.active(),
+            // As Typhoon: relabel options where SELinux enforces (FCOS), none where it is only
+            // permissive (Flatcar) or absent.
+            selinux: cx.host.selinux.mode == nodectl_selinux::Mode::Enforcing,
         }
     }
 

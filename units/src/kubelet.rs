@@ -96,9 +96,12 @@ impl KubeletSpec {
             ("/var/lib/containerd", "/var/lib/containerd", String::new()),
             ("/var/lib/kubelet", "/var/lib/kubelet", z("rshared,z")),
             ("/var/log", "/var/log", String::new()),
-            ("/var/run/lock", "/var/run/lock", z("z")),
-            ("/opt/cni/bin", "/opt/cni/bin", z("z")),
         ]);
+        // Typhoon mounts the lock directory for podman's kubelet only (FCOS).
+        if self.runtime == Runtime::Podman {
+            v.push(("/var/run/lock", "/var/run/lock", z("z")));
+        }
+        v.push(("/opt/cni/bin", "/opt/cni/bin", z("z")));
         v.into_iter()
             .map(|(h, c, o)| {
                 if o.is_empty() {
