@@ -217,6 +217,9 @@ async fn status_from_disk(root: &Root, why: String) -> Status {
             let cx = Cx::new(root.clone(), host, settings, sd);
             let report = steps::engine().plan(&cx).await;
             st.set_report(&report);
+            if let Ok(k) = cx.systemd.state(nodectl_units::kubelet::KUBELET_UNIT).await {
+                st.set_kubelet(k);
+            }
         }
         Err(e) => st.config_error = Some(format!("cannot reach systemd: {e:#}")),
     }

@@ -90,6 +90,15 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         Systemd::Offline(Offline::new(opts.root.dir()))
     };
 
+    // kubelet's state, followed by signal for `nodectl status`.
+    let follower = if let Systemd::Bus(client) = &systemd {
+        let (client, shared) = (client.clone(), shared.clone());
+        Some(tokio::spawn(
+            async move { follow_kubelet(client, shared).await },
+        ))
+    } else {
+        None
+    };
     let mut watcher = Watcher::new().context("inotify")?;
     let mut sighup = signal(SignalKind::hangup())?;
     let mut sigterm = signal(SignalKind::terminate())?;
@@ -133,6 +142,9 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
     notify(&[NotifyState::Stopping, NotifyState::Status("stopping")]);
     shared.status.lock().await.daemon.state = "stopping".into();
     tracing::info!("stopping on signal");
+    if let Some(f) = follower {
+        f.abort();
+    }
     drop(conn);
     Ok(())
 }
@@ -189,12 +201,19 @@ async fn pass(
             );
             recheck = cx.take_recheck();
             let calls = systemd.calls().ok();
+            let kubelet = systemd
+                .state(nodectl_units::kubelet::KUBELET_UNIT)
+                .await
+                .ok();
             let mut st = shared.status.lock().await;
             st.config_error = None;
             st.host = Some(HostStatus::new(&cx.host, &cx.labeler));
             st.settings = Some(cx.settings);
             st.set_report(&report);
             st.systemd_calls = calls;
+            if let Some(k) = kubelet {
+                st.set_kubelet(k);
+            }
             st.daemon.last_pass = Some(Pass {
                 finished_at: status::now_secs(),
                 duration_ms: report.duration_ms,
@@ -214,6 +233,35 @@ async fn pass(
     }
     notify(&[NotifyState::Ready, NotifyState::Status(&line)]);
     recheck
+}
+
+/// Keeps `status.kubelet` current from systemd's PropertiesChanged signals (no polling). If the
+/// subscription ends (systemd reloaded the unit away, the bus hiccuped), it subscribes again.
+async fn follow_kubelet(client: Client, shared: Arc<Shared>) {
+    use futures_util::StreamExt;
+    loop {
+        match client.follow(nodectl_units::kubelet::KUBELET_UNIT).await {
+            Ok(stream) => {
+                let mut stream = std::pin::pin!(stream);
+                while let Some(st) = stream.next().await {
+                    match st {
+                        Ok(st) => {
+                            if let Some(f) = st.failure() {
+                                tracing::warn!(unit = "kubelet.service", "kubelet failed: {f}");
+                            }
+                            shared.status.lock().await.set_kubelet(st);
+                        }
+                        Err(e) => {
+                            tracing::debug!(error = %e, "reading kubelet's state");
+                            break;
+                        }
+                    }
+                }
+            }
+            Err(e) => tracing::debug!(error = %e, "following kubelet"),
+        }
+        tokio::time::sleep(Duration::from_secs(5)).await;
+    }
 }
 
 /// What a watch is for, so unrelated events in a watched directory wake nothing.

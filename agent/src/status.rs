@@ -27,6 +27,17 @@ pub struct Status {
     /// What the node waits for from outside.
     pub waiting_for: Vec<String>,
     pub systemd_calls: Option<nodectl_units::systemd::CallCounts>,
+    /// kubelet.service as systemd reports it (followed by signal while nodectld runs).
+    pub kubelet: Option<nodectl_units::systemd::UnitState>,
+    /// The last failure seen (kept after kubelet recovered, so a flapping kubelet shows).
+    pub kubelet_last_failure: Option<Failure>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Failure {
+    pub reason: String,
+    /// Unix time, seconds.
+    pub at: u64,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -74,6 +85,17 @@ impl HostStatus {
 }
 
 impl Status {
+    /// Records kubelet's state; a failure is kept as the last one.
+    pub fn set_kubelet(&mut self, st: nodectl_units::systemd::UnitState) {
+        if let Some(reason) = st.failure() {
+            self.kubelet_last_failure = Some(Failure {
+                reason,
+                at: now_secs(),
+            });
+        }
+        self.kubelet = Some(st);
+    }
+
     pub fn set_report(&mut self, report: &Report) {
         self.waiting_for = report.waiting_for();
         self.steps = report.steps.clone();
@@ -173,6 +195,19 @@ impl Status {
         }
         if let Some(e) = &self.config_error {
             let _ = writeln!(o, "     Config: ERROR {e}");
+        }
+        if let Some(k) = &self.kubelet {
+            let mut line = format!("{} ({})", k.active, k.sub);
+            if k.load == "not-found" {
+                line = "no unit yet".into();
+            } else if k.restarts > 0 {
+                let _ = write!(line, ", {} automatic restarts", k.restarts);
+            }
+            if let Some(f) = &self.kubelet_last_failure {
+                let ago = now_secs().saturating_sub(f.at);
+                let _ = write!(line, "; last failure {ago}s ago: {}", f.reason);
+            }
+            let _ = writeln!(o, "    Kubelet: {line}");
         }
         if !self.steps.is_empty() {
             o.push('\n');

@@ -47,6 +47,38 @@ check "kubelet becomes active" wait_until 15 sh -c '[ "$(systemctl is-active kub
 check "status says converged" wait_until 10 sh -c 'nodectl status --json | jq -e ".daemon.status_line == \"node converged\""'
 expect "nodectld never restarted" "$(systemctl show -p NRestarts --value nodectld.service)" 0
 
+echo "## a converged pass changes nothing: no Reload, no restart (counted over D-Bus)"
+before=$(nodectl status --json | jq -c '.systemd_calls | {reload, restart, start}')
+passes=$(nodectl status --json | jq .daemon.passes)
+nodectl converge >/dev/null
+wait_until 10 sh -c "[ \$(nodectl status --json | jq .daemon.passes) -gt $passes ]"
+expect "no Reload, restart or start in a pass with nothing to do" "$(nodectl status --json | jq -c '.systemd_calls | {reload, restart, start}')" "$before"
+
+echo "## kubelet's state in nodectl status, followed by signal"
+expect "status shows kubelet active" "$(nodectl status --json | jq -r .kubelet.active)" active
+passes=$(nodectl status --json | jq .daemon.passes)
+systemctl stop kubelet.service
+check "status follows kubelet stopping without a pass (PropertiesChanged)" wait_until 10 sh -c '[ "$(nodectl status --json | jq -r .kubelet.active)" = inactive ]'
+expect "no pass ran for it" "$(nodectl status --json | jq .daemon.passes)" "$passes"
+mv /etc/kubernetes/kubeconfig /root/kubeconfig.saved        # the stand-in kubelet now exits 1
+systemctl start kubelet.service
+check "a failing kubelet shows its failure reason" wait_until 20 sh -c 'nodectl status --json | jq -e ".kubelet_last_failure.reason | test(\"exit-code \\\\(exit status 1\\\\)\")"'
+nodectl status | grep Kubelet: | sed 's/^/  | /'
+mv /root/kubeconfig.saved /etc/kubernetes/kubeconfig
+systemctl restart kubelet.service
+check "kubelet recovers" wait_until 20 sh -c '[ "$(systemctl is-active kubelet.service)" = active ]'
+
+echo "## an operator's image override wins and is never touched"
+printf '[Service]\nEnvironment=KUBELET_IMAGE=docker.io/psdn/kubelet:v1.36.1\n' >/etc/systemd/system/kubelet.service.d/10-image-override.conf
+systemctl daemon-reload && systemctl restart kubelet.service
+sum=$(sha256sum /etc/systemd/system/kubelet.service.d/10-image-override.conf)
+restarts=$(nodectl status --json | jq .systemd_calls.restart)
+nodectl converge >/dev/null; sleep 1
+expect "kubelet runs the operator's image" "$(systemctl show -p Environment --value kubelet.service | tr ' ' '\n' | grep KUBELET_IMAGE)" KUBELET_IMAGE=docker.io/psdn/kubelet:v1.36.1
+expect "the override file is untouched" "$(sha256sum /etc/systemd/system/kubelet.service.d/10-image-override.conf)" "$sum"
+expect "nodectld did not restart kubelet over it" "$(nodectl status --json | jq .systemd_calls.restart)" "$restarts"
+rm /etc/systemd/system/kubelet.service.d/10-image-override.conf && systemctl daemon-reload
+
 echo "## root-only Converge; read-only for everyone"
 check "nobody can read status over D-Bus" setpriv --reuid=65534 --regid=65534 --clear-groups nodectl status --json
 out=$(setpriv --reuid=65534 --regid=65534 --clear-groups busctl call org.nodectl.Agent1 /org/nodectl/Agent1 org.nodectl.Agent1 Converge 2>&1)

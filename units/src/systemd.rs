@@ -61,6 +61,21 @@ pub struct UnitState {
     pub result: String,
     /// For services: how often systemd restarted it (Restart=).
     pub restarts: u32,
+    /// For services: the main process's exit status (or signal number) when it last exited.
+    pub exit_status: i32,
+}
+
+impl UnitState {
+    /// Why the unit last failed, when it is failed or waiting to be restarted after a failure.
+    pub fn failure(&self) -> Option<String> {
+        let failing = self.active == "failed" || self.sub == "auto-restart";
+        (failing && !self.result.is_empty() && self.result != "success").then(|| {
+            format!(
+                "{} (exit status {}), restarted {} times",
+                self.result, self.exit_status, self.restarts
+            )
+        })
+    }
 }
 
 /// Counts of state-changing calls, for tests and for `nodectl status`.
@@ -222,18 +237,35 @@ impl Client {
         }
     }
 
-    async fn unit_proxy(&self, unit: &str) -> Result<(UnitProxy<'static>, zbus::OwnedObjectPath)> {
+    /// A proxy for the unit. `cache` is for following changes by signal; reads use uncached
+    /// proxies, since a cached proxy keeps "const" properties (LoadState, UnitFileState) from
+    /// when it was made, e.g. `not-found` before the unit file was written.
+    async fn unit_proxy_with(
+        &self,
+        unit: &str,
+        cache: bool,
+    ) -> Result<(UnitProxy<'static>, zbus::OwnedObjectPath)> {
         let path = self
             .manager
             .load_unit(unit.to_string())
             .await
             .map_err(bus(format!("LoadUnit {unit}")))?;
+        let cache = if cache {
+            zbus::proxy::CacheProperties::Lazily
+        } else {
+            zbus::proxy::CacheProperties::No
+        };
         let proxy = UnitProxy::builder(&self.conn)
             .path(path.clone())
+            .cache_properties(cache)
             .build()
             .await
             .map_err(bus(format!("unit proxy for {unit}")))?;
         Ok((proxy, path))
+    }
+
+    async fn unit_proxy(&self, unit: &str) -> Result<(UnitProxy<'static>, zbus::OwnedObjectPath)> {
+        self.unit_proxy_with(unit, false).await
     }
 
     /// Reads the unit's states (loading it if systemd has not yet).
@@ -268,6 +300,7 @@ impl Client {
                 .map_err(bus(ctx("Service")))?;
             st.result = s.result().await.map_err(bus(ctx("Result")))?;
             st.restarts = s.n_restarts().await.unwrap_or(0);
+            st.exit_status = s.exec_main_status().await.unwrap_or(0);
         }
         Ok(st)
     }
@@ -277,22 +310,20 @@ impl Client {
     where
         F: Fn(&UnitState) -> bool,
     {
-        let (u, path) = self.unit_proxy(unit).await?;
-        let mut changes = u.receive_active_state_changed().await;
+        let stream = self.follow(unit).await?;
         let fut = async {
-            loop {
-                let st = self.read_state(unit, &u, &path).await?;
+            let mut stream = std::pin::pin!(stream);
+            while let Some(st) = stream.next().await {
+                let st = st?;
                 if pred(&st) {
                     return Ok(st);
                 }
-                if changes.next().await.is_none() {
-                    return Err(SystemdError::JobFailed {
-                        unit: unit.into(),
-                        op: "watch",
-                        result: "property stream closed".into(),
-                    });
-                }
             }
+            Err(SystemdError::JobFailed {
+                unit: unit.into(),
+                op: "watch",
+                result: "property stream closed".into(),
+            })
         };
         tokio::time::timeout(timeout, fut)
             .await
@@ -301,6 +332,29 @@ impl Client {
                 op: "watch",
                 secs: timeout.as_secs(),
             })?
+    }
+
+    /// The unit's state now, then after every change systemd signals (PropertiesChanged on
+    /// ActiveState or SubState; no polling). Ends when the bus closes.
+    pub async fn follow(
+        &self,
+        unit: &str,
+    ) -> Result<impl futures_util::Stream<Item = Result<UnitState>> + '_> {
+        let (watch, _) = self.unit_proxy_with(unit, true).await?;
+        let active = watch.receive_active_state_changed().await;
+        let sub = watch.receive_sub_state_changed().await;
+        let changes = futures_util::stream::select(active.map(|_| ()), sub.map(|_| ()));
+        let unit = unit.to_string();
+        Ok(futures_util::stream::unfold(
+            (changes, watch, unit, true),
+            move |(mut changes, watch, unit, first)| async move {
+                if !first {
+                    changes.next().await?;
+                }
+                let st = self.state(&unit).await;
+                Some((st, (changes, watch, unit, false)))
+            },
+        ))
     }
 
     /// Enables units (their `[Install]` sections) as `systemctl enable` would, without a reload
