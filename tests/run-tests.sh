@@ -45,6 +45,7 @@ if [[ " $TIERS " == *" 2 "* || " $TIERS " == *" 3 "* ]]; then
   cp tests/lib/check.sh tests/vm/suites/*.sh packaging/systemd/nodectld.service \
      packaging/dbus/org.nodectl.Agent1.conf docs/examples/worker.toml docs/examples/controller.toml \
      docs/examples/bootstrap-kubeconfig "$stage/"
+  cp -a tests/kubelet-standin "$stage/"
   hdr "test image"
   tests/vm/build-image.sh || exit 1
 fi
@@ -61,7 +62,7 @@ if [[ " $TIERS " == *" 3 "* ]]; then
   hdr "tier 3: QEMU VM, SELinux enforcing"
   start=$SECONDS
   # One boot for every VM suite (a boot costs ~20 s under TCG).
-  VM_TIMEOUT=1500 tests/vm/run-in-vm.sh tests/vm/suites/all.sh "$stage"/* -- node.sh secrets.sh
+  VM_TIMEOUT=1500 tests/vm/run-in-vm.sh tests/vm/suites/all.sh "$stage"/* -- node.sh secrets.sh kubelet.sh
   record 3 $?
   echo "(tier 3 took $((SECONDS - start)) s)"
 fi

@@ -1,0 +1,66 @@
+#!/bin/bash
+# Tier 3, inside the VM (SELinux enforcing, MCS, podman, udev): kubelet from the rendered unit.
+#   K1  podman runs the stand-in kubelet image from nodectld's rendered kubelet.service (operator
+#       image override), SELinux enforcing; nodectl status shows it active; it stops on SIGTERM
+#   K2  flannel: flannel.1 created without an address keeps its MAC with nodectld's link file;
+#       without it (provider changed away from flannel: nodectld removes the file) udev rewrites it
+# /test holds: check.sh, lib.sh, nodectld, nodectl, nodectld.service, org.nodectl.Agent1.conf,
+# worker.toml, bootstrap-kubeconfig, kubelet-standin/.
+. /test/check.sh
+. /test/lib.sh
+export NO_COLOR=1
+STANDIN=localhost/kubelet-standin:test
+
+echo "## K1: the stand-in kubelet image, run by podman from the rendered unit"
+systemctl stop nodectld.service kubelet.service 2>/dev/null
+rm -rf /etc/kubernetes /var/lib/nodectl /etc/systemd/system/kubelet.service.d
+check "stand-in image built offline (podman import)" /test/kubelet-standin/build-image.sh $STANDIN
+install_nodectld /test/worker.toml
+# The operator's override, as Typhoon documents it: nodectld never touches it, and it wins.
+mkdir -p /etc/systemd/system/kubelet.service.d
+printf '[Service]\nEnvironment=KUBELET_IMAGE=%s\n' $STANDIN >/etc/systemd/system/kubelet.service.d/10-image-override.conf
+systemctl daemon-reload
+check "nodectld starts" systemctl start nodectld.service
+expect "kubelet waits for its kubeconfig" "$(systemctl is-active kubelet.service)" inactive
+install -D -m 0600 /test/bootstrap-kubeconfig /etc/kubernetes/.kubeconfig.tmp && mv /etc/kubernetes/.kubeconfig.tmp /etc/kubernetes/kubeconfig
+check "kubelet.service becomes active" wait_until 60 sh -c '[ "$(systemctl is-active kubelet.service)" = active ]'
+check "the stand-in reads its kubeconfig and runs" wait_until 60 sh -c 'journalctl -u kubelet.service --no-pager -o cat | grep -q "kubelet stand-in: read /etc/kubernetes/kubeconfig"'
+journalctl -u kubelet.service --no-pager -o cat | grep 'stand-in' | tail -2 | sed 's/^/  | /'
+expect "podman runs the operator's image as container 'kubelet'" "$(podman ps --filter name=^kubelet$ --format '{{.Image}}')" "$STANDIN"
+check "the command line is the rendered one (worker label, config)" sh -c \
+  "podman inspect kubelet --format '{{.Args}}' | grep -q -- '--node-labels=node.kubernetes.io/node' && podman inspect kubelet --format '{{.Args}}' | grep -q -- '--config=/etc/kubernetes/kubelet.yaml'"
+expect "SELinux enforcing throughout" "$(getenforce)" Enforcing
+check "nodectl status shows kubelet active" wait_until 15 sh -c 'nodectl status --json | jq -e ".kubelet.active == \"active\""'
+nodectl status | grep -E 'Kubelet:|SELinux:' | sed 's/^/  | /'
+start=$SECONDS
+check "kubelet stops on SIGTERM (podman stop)" systemctl stop kubelet.service
+expect "it stopped within 10 s, not after podman's timeout" "$([ $((SECONDS - start)) -lt 10 ] && echo yes || echo "no ($((SECONDS - start)) s)")" yes
+check "the stand-in saw SIGTERM" sh -c 'journalctl -u kubelet.service --no-pager -o cat | grep -q "SIGTERM, exiting"'
+
+echo "## K2: flannel's MAC and nodectld's 50-flannel.link"
+modprobe vxlan >/dev/null 2>&1
+dev=$(ls /sys/class/net | grep -v -x lo | head -1)
+# flannel_mac: create flannel.1 without an address; print "kernel-assigned udev-final".
+flannel_mac() {
+  udevadm settle
+  udevadm control --stop-exec-queue          # hold udev to read the kernel-assigned MAC first
+  ip link add flannel.1 type vxlan id 1 dev "$dev" dstport 8472
+  local before; before=$(cat /sys/class/net/flannel.1/address)
+  udevadm control --start-exec-queue
+  udevadm settle -t 30; sleep 1; udevadm settle -t 30
+  echo "$before $(cat /sys/class/net/flannel.1/address)"
+  ip link del flannel.1; udevadm settle
+}
+expect "nodectld wrote the link file (flannel)" "$(head -c 19 /etc/systemd/network/50-flannel.link 2>&1)" "# Managed by nodect"
+udevadm control --reload
+read -r before after <<<"$(flannel_mac)"
+echo "  | with 50-flannel.link: kernel $before, after udev $after"
+expect "K2a the MAC flannel.1 got is kept" "$after" "$before"
+sed -i 's/provider = "flannel"/provider = "cilium"/' /etc/nodectl/config.d/10-node.toml
+check "nodectld removes its link file when the provider changes" wait_until 15 sh -c '! test -e /etc/systemd/network/50-flannel.link'
+udevadm control --reload
+read -r before after <<<"$(flannel_mac)"
+echo "  | without it:          kernel $before, after udev $after"
+check "K2b without the link file udev rewrites the MAC (MACAddressPolicy=persistent)" test "$before" != "$after"
+
+summary kubelet
