@@ -91,26 +91,25 @@ impl FileSet {
         Ok(out)
     }
 
-    /// Applies; returns whether anything under `/etc/systemd/system` changed.
-    fn apply(&self, cx: &Cx) -> anyhow::Result<bool> {
+    /// Applies; returns the node paths of the files written or removed.
+    fn apply(&self, cx: &Cx) -> anyhow::Result<Vec<PathBuf>> {
         let w = cx.writer();
-        let mut unit_changed = false;
+        let mut changed = Vec::new();
         for d in &self.dirs {
             w.ensure_dir(d)?;
         }
         for f in &self.files {
-            let out = w.write(f)?;
-            if out != crate::fsio::Outcome::Unchanged && f.path.starts_with(SYSTEMD_DIR) {
-                unit_changed = true;
+            if w.write(f)? != crate::fsio::Outcome::Unchanged {
+                changed.push(f.path.clone());
             }
         }
         for p in &self.remove_if_ours {
             if is_ours(&cx.root.path(p)) {
                 w.remove(p)?;
-                unit_changed |= p.starts_with(SYSTEMD_DIR);
+                changed.push(p.clone());
             }
         }
-        Ok(unit_changed)
+        Ok(changed)
     }
 }
 
@@ -131,6 +130,12 @@ fn is_ours(real: &Path) -> bool {
 fn summary(n: usize, what: &str) -> String {
     format!("{n} {what} in place")
 }
+
+/// Files systemd applies only at boot, and the oneshot service that applies them now.
+const APPLIED_BY: [(&str, &str); 2] = [
+    ("/etc/modules-load.d", "systemd-modules-load.service"),
+    ("/etc/sysctl.d", "systemd-sysctl.service"),
+];
 
 /// Host files kubelet and the CNI depend on: kernel modules, sysctls, logind's inhibitor delay
 /// for graceful node shutdown, the directories kubelet mounts, and on FCOS with flannel the
@@ -213,7 +218,15 @@ impl Step for NodeFiles {
     fn observe<'a>(&'a self, cx: &'a Cx) -> BoxFuture<'a, anyhow::Result<Observation>> {
         async move {
             let set = Self::set(cx);
-            let changes = set.changes(cx)?;
+            let mut changes = set.changes(cx)?;
+            for (dir, unit) in APPLIED_BY {
+                if changes.iter().any(|c| c.what.contains(dir)) {
+                    changes.push(Change::new(
+                        format!("restart {unit}"),
+                        format!("so the new {dir} file takes effect now, not at the next boot"),
+                    ));
+                }
+            }
             Ok(if changes.is_empty() {
                 Observation::Converged(summary(
                     set.files.len() + set.dirs.len(),
@@ -227,7 +240,12 @@ impl Step for NodeFiles {
     }
     fn apply<'a>(&'a self, cx: &'a Cx) -> BoxFuture<'a, anyhow::Result<()>> {
         async move {
-            Self::set(cx).apply(cx)?;
+            let changed = Self::set(cx).apply(cx)?;
+            for (dir, unit) in APPLIED_BY {
+                if changed.iter().any(|p| p.starts_with(dir)) {
+                    cx.systemd.restart(unit).await?;
+                }
+            }
             Ok(())
         }
         .boxed()
@@ -348,7 +366,7 @@ impl Step for KubeletUnit {
                     .write(&FileSpec::new(RESTART_MARKER, "", 0o600))
                     .context("recording the pending kubelet restart")?;
             }
-            let changed = set.apply(cx)?;
+            let changed = !set.apply(cx)?.is_empty();
             // EnableUnitFiles reads unit files from disk: enable first, then one reload covers
             // both the new files and the new symlinks.
             let enable = cx.systemd.state(kubelet::KUBELET_UNIT).await?.unit_file != "enabled";

@@ -82,6 +82,18 @@ fn plan_lists_steps_and_second_plan_after_apply_is_empty() {
         assert_eq!(rc, 0, "second plan must be empty:\n{out}");
         assert!(out.contains("No changes."), "{out}");
     }
+    // Modules and sysctls take effect now: their oneshot services were restarted once.
+    let state: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(d.path().join("run/nodectl/offline-systemd.json")).unwrap(),
+    )
+    .unwrap();
+    for unit in ["systemd-modules-load.service", "systemd-sysctl.service"] {
+        assert_eq!(
+            state["units"][unit]["active"], "active",
+            "{unit} not restarted: {state}"
+        );
+    }
+    assert_eq!(state["calls"]["restart"], 2, "{state}");
     // The unit was rendered for a worker with the configured labels and taints.
     let unit =
         std::fs::read_to_string(d.path().join("etc/systemd/system/kubelet.service")).unwrap();

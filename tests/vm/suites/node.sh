@@ -39,6 +39,10 @@ for f in /etc/kubernetes /etc/kubernetes/manifests; do
 done
 check "no temp files left behind" sh -c '! find /etc/systemd/system /etc/kubernetes /etc/modules-load.d /etc/sysctl.d -name ".*.nodectl-*" | grep .'
 
+echo "## files systemd applies at boot take effect now"
+expect "br_netfilter loaded (systemd-modules-load restarted)" "$(test -d /sys/module/br_netfilter && echo loaded)" loaded
+expect "fs.inotify.max_user_watches applied (systemd-sysctl restarted)" "$(cat /proc/sys/fs/inotify/max_user_watches)" 16184
+
 echo "## nodectld's own AVC denials"
 # Kernel AVCs by comm, and D-Bus USER_AVCs where nodectld's pid is the sender or target.
 pid=$(systemctl show -p MainPID --value nodectld.service)
