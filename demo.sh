@@ -14,5 +14,6 @@ trap 'rm -rf "$stage"' EXIT
 cp target/release/nodectld target/release/nodectl packaging/systemd/nodectld.service \
    packaging/dbus/org.nodectl.Agent1.conf "$stage/"
 cp docs/examples/worker.toml docs/examples/bootstrap-kubeconfig tests/vm/suites/lib.sh "$stage/"
+cp -a tests/kubelet-standin "$stage/"
 echo "booting the VM (QEMU TCG, about 30 s)..."
 tests/vm/run-in-vm.sh tests/vm/suites/demo.sh "$stage"/*

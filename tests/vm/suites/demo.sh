@@ -5,7 +5,13 @@ say() { printf '\n\033[1m$ %s\033[0m\n' "$*"; }
 run() { say "$*"; "$@"; }
 . /test/lib.sh
 install_nodectld /test/worker.toml
-kubelet_standin
+# No registry here: a stand-in kubelet image (tests/kubelet-standin) is built offline, and an
+# operator drop-in points KUBELET_IMAGE at it, the override Typhoon documents; nodectld leaves it
+# alone and podman runs it from nodectld's rendered unit.
+/test/kubelet-standin/build-image.sh localhost/kubelet-standin:demo >/dev/null
+mkdir -p /etc/systemd/system/kubelet.service.d
+printf '[Service]\nEnvironment=KUBELET_IMAGE=localhost/kubelet-standin:demo\n' >/etc/systemd/system/kubelet.service.d/10-image-override.conf
+systemctl daemon-reload
 
 run cat /etc/nodectl/config.d/10-node.toml
 run nodectl plan
@@ -13,8 +19,10 @@ run systemctl start nodectld.service
 run nodectl status
 say "# provisioning drops the bootstrap kubeconfig (as Ignition or Terraform over SSH would)"
 cp /test/bootstrap-kubeconfig /etc/kubernetes/.kubeconfig.tmp && mv /etc/kubernetes/.kubeconfig.tmp /etc/kubernetes/kubeconfig
-for _ in $(seq 50); do [ "$(systemctl is-active kubelet.service)" = active ] && break; sleep 0.2; done
+for _ in $(seq 150); do journalctl -u kubelet.service -o cat | grep -q 'stand-in: read' && break; sleep 0.2; done
 run systemctl --no-pager status kubelet.service --lines=3
+run podman ps --format '{{.Names}}  {{.Image}}  {{.Status}}'
+run ls -Z /etc/kubernetes
 run nodectl status
 run journalctl -u nodectld.service --no-pager -o cat
 [ "$(systemctl is-active kubelet.service)" = active ]
