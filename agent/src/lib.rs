@@ -9,6 +9,7 @@ pub mod bundle;
 pub mod cli;
 pub mod config;
 pub mod context;
+pub mod credentials;
 pub mod csr;
 pub mod daemon;
 pub mod dbus;

@@ -1,0 +1,293 @@
+//! The node's client credentials on disk, laid out as kubelet's certificate store keeps them
+//! (client-go `util/certificate/certificate_store.go`), in `/var/lib/kubelet/pki`:
+//!
+//! - `kubelet-client.key.tmp`: the key of a request still pending (0600), kept so that a restart
+//!   reuses it, and with it the request's name;
+//! - `kubelet-client-<YYYY-MM-DD-HH-MM-SS>.pem`: certificate chain and key in one file (0600);
+//! - `kubelet-client-current.pem`: a symlink to the newest, switched atomically (a new link
+//!   renamed over the old one).
+//!
+//! Plus the certificate's validity, and when to rotate: at a jittered 70–90% of its lifetime, as
+//! kubelet's certificate manager does.
+
+use std::os::unix::fs::symlink;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::Context as _;
+
+use crate::fsio::{DirSpec, FileSpec, Writer};
+
+pub const CERT_DIR: &str = "/var/lib/kubelet/pki";
+pub const PENDING_KEY: &str = "kubelet-client.key.tmp";
+pub const CURRENT: &str = "kubelet-client-current.pem";
+
+/// When a certificate is valid.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Validity {
+    pub not_before: SystemTime,
+    pub not_after: SystemTime,
+}
+
+fn to_time(t: x509_parser::time::ASN1Time) -> SystemTime {
+    let secs = t.timestamp();
+    if secs >= 0 {
+        UNIX_EPOCH + Duration::from_secs(secs as u64)
+    } else {
+        UNIX_EPOCH
+    }
+}
+
+/// The validity of the first certificate in a PEM chain.
+pub fn validity(chain_pem: &[u8]) -> anyhow::Result<Validity> {
+    let (_, pem) = x509_parser::pem::parse_x509_pem(chain_pem)
+        .map_err(|e| anyhow::anyhow!("not a PEM certificate: {e}"))?;
+    let cert = pem
+        .parse_x509()
+        .map_err(|e| anyhow::anyhow!("not an X.509 certificate: {e}"))?;
+    Ok(Validity {
+        not_before: to_time(cert.validity().not_before),
+        not_after: to_time(cert.validity().not_after),
+    })
+}
+
+impl Validity {
+    /// When to rotate: `not_before` plus `fraction` of the lifetime, with `fraction` drawn by the
+    /// caller in [0.7, 0.9) (kubelet: `wait.Jitter(total, 0.2) - 0.3*total`).
+    pub fn rotation_deadline(&self, jitter01: f64) -> SystemTime {
+        let total = self
+            .not_after
+            .duration_since(self.not_before)
+            .unwrap_or_default();
+        let fraction = 0.7 + 0.2 * jitter01.clamp(0.0, 0.999_999);
+        self.not_before + total.mul_f64(fraction)
+    }
+
+    pub fn expired(&self, now: SystemTime) -> bool {
+        now >= self.not_after
+    }
+}
+
+/// A uniformly drawn fraction in [0, 1) for jitter, from the OS's randomness.
+pub fn jitter() -> f64 {
+    let mut b = [0u8; 8];
+    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut b)
+        .expect("OS randomness");
+    (u64::from_le_bytes(b) >> 11) as f64 / (1u64 << 53) as f64
+}
+
+/// The pending request's key: the one kept on disk, or a new one written first (0600, through
+/// the one atomic write). `true` when it was created now.
+pub fn pending_key(w: &Writer) -> anyhow::Result<(rcgen::KeyPair, bool)> {
+    let node_path = Path::new(CERT_DIR).join(PENDING_KEY);
+    let real = w.root().path(&node_path);
+    match std::fs::read_to_string(&real) {
+        Ok(pem) => {
+            let key = crate::csr::load_key(&pem).with_context(|| real.display().to_string())?;
+            Ok((key, false))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            w.ensure_dir(&DirSpec::new(CERT_DIR, 0o700))?;
+            let key = crate::csr::generate_key()?;
+            w.write(&FileSpec::new(&node_path, key.serialize_pem(), 0o600))?;
+            Ok((key, true))
+        }
+        Err(e) => Err(e).with_context(|| format!("reading {}", real.display())),
+    }
+}
+
+fn stamp(t: SystemTime) -> String {
+    let secs = t.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs() as i64;
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Civil date from days since the epoch (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}-{:02}-{:02}-{:02}",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// Stores a new certificate chain with its key: a timestamped file (0600), then the `current`
+/// symlink switched to it atomically, then the pending key removed. Returns the node path of
+/// `kubelet-client-current.pem` (what the node kubeconfig names).
+pub fn store(
+    w: &Writer,
+    chain_pem: &[u8],
+    key_pem: &str,
+    now: SystemTime,
+) -> anyhow::Result<PathBuf> {
+    let dir = Path::new(CERT_DIR);
+    w.ensure_dir(&DirSpec::new(CERT_DIR, 0o700))?;
+    let name = format!("kubelet-client-{}.pem", stamp(now));
+    let mut content = chain_pem.to_vec();
+    if !content.ends_with(b"\n") {
+        content.push(b'\n');
+    }
+    content.extend_from_slice(key_pem.as_bytes());
+    w.write(&FileSpec::new(dir.join(&name), content, 0o600))?;
+    let real_dir = w.root().path(dir);
+    let tmp = real_dir.join(format!(".{CURRENT}.nodectl-new"));
+    let _ = std::fs::remove_file(&tmp);
+    // Absolute target as on the node (kubelet does the same), so the link works under a root.
+    symlink(dir.join(&name), &tmp).with_context(|| format!("creating {}", tmp.display()))?;
+    std::fs::rename(&tmp, real_dir.join(CURRENT))
+        .with_context(|| format!("switching {}", real_dir.join(CURRENT).display()))?;
+    std::fs::File::open(&real_dir)
+        .and_then(|d| d.sync_all())
+        .with_context(|| format!("fsync {}", real_dir.display()))?;
+    w.remove(&dir.join(PENDING_KEY))?;
+    Ok(dir.join(CURRENT))
+}
+
+/// The current chain and key (what `kubelet-client-current.pem` points at), if any.
+pub fn current(w: &Writer) -> anyhow::Result<Option<Vec<u8>>> {
+    let link = w.root().path(Path::new(CERT_DIR).join(CURRENT));
+    let target = match std::fs::read_link(&link) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e).with_context(|| link.display().to_string()),
+    };
+    let real = w.root().path(&target);
+    Ok(Some(
+        std::fs::read(&real).with_context(|| real.display().to_string())?,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nodectl_selinux::{HostSelinux, Labeler, Mode};
+
+    fn cert_pem(days: i64) -> (String, rcgen::KeyPair) {
+        let key = crate::csr::generate_key().unwrap();
+        let mut p = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        p.not_before = rcgen::date_time_ymd(2026, 11, 30);
+        p.not_after = p.not_before + Duration::from_secs(days as u64 * 86_400);
+        (p.self_signed(&key).unwrap().pem(), key)
+    }
+
+    fn setup() -> (tempfile::TempDir, crate::root::Root, Labeler) {
+        let d = tempfile::tempdir().unwrap();
+        let root = crate::root::Root::new(d.path());
+        let l = Labeler::new(
+            root.dir(),
+            &HostSelinux {
+                mode: Mode::Absent,
+                mls: false,
+                policy: None,
+            },
+        );
+        (d, root, l)
+    }
+
+    #[test]
+    fn validity_and_rotation_between_70_and_90_percent() {
+        let (pem, _) = cert_pem(3); // Typhoon signs for 72h
+        let v = validity(pem.as_bytes()).unwrap();
+        let total = v.not_after.duration_since(v.not_before).unwrap();
+        assert_eq!(total, Duration::from_secs(72 * 3600));
+        for j in [0.0, 0.5, 0.999] {
+            let at = v.rotation_deadline(j).duration_since(v.not_before).unwrap();
+            assert!(
+                at >= total.mul_f64(0.7) && at < total.mul_f64(0.9),
+                "{j}: {at:?}"
+            );
+        }
+        assert!(!v.expired(v.not_before) && v.expired(v.not_after));
+        let j = jitter();
+        assert!((0.0..1.0).contains(&j));
+        assert!(validity(b"garbage").is_err());
+    }
+
+    #[test]
+    fn the_pending_key_survives_a_restart() {
+        let (_d, root, l) = setup();
+        let w = Writer::new(&root, &l);
+        let (k1, created) = pending_key(&w).unwrap();
+        assert!(created);
+        let (k2, created) = pending_key(&w).unwrap();
+        assert!(!created, "a restart reuses the key");
+        assert_eq!(k1.public_key_raw(), k2.public_key_raw());
+        assert_eq!(
+            crate::csr::request_name(&k1, "n"),
+            crate::csr::request_name(&k2, "n")
+        );
+        use std::os::unix::fs::PermissionsExt;
+        let p = root.path(Path::new(CERT_DIR).join(PENDING_KEY));
+        assert_eq!(
+            std::fs::metadata(&p).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        assert_eq!(
+            std::fs::metadata(root.path(CERT_DIR))
+                .unwrap()
+                .permissions()
+                .mode()
+                & 0o777,
+            0o700
+        );
+    }
+
+    #[test]
+    fn store_switches_current_atomically_and_drops_the_pending_key() {
+        let (_d, root, l) = setup();
+        let w = Writer::new(&root, &l);
+        let (key, _) = pending_key(&w).unwrap();
+        let (chain, _) = cert_pem(3);
+        let t0 = UNIX_EPOCH + Duration::from_secs(1_796_000_000);
+        let cur = store(&w, chain.as_bytes(), &key.serialize_pem(), t0).unwrap();
+        assert_eq!(
+            cur,
+            Path::new("/var/lib/kubelet/pki/kubelet-client-current.pem")
+        );
+        let got = current(&w).unwrap().unwrap();
+        assert!(got.starts_with(chain.as_bytes()));
+        assert!(String::from_utf8_lossy(&got).contains("PRIVATE KEY"));
+        assert!(!root.path(Path::new(CERT_DIR).join(PENDING_KEY)).exists());
+        let target = std::fs::read_link(root.path(cur.clone())).unwrap();
+        assert_eq!(
+            target,
+            Path::new("/var/lib/kubelet/pki/kubelet-client-2026-11-30-00-53-20.pem")
+        );
+        // A rotation: a new file, the link moves, the old file stays (kubelet keeps them too).
+        let (chain2, key2) = cert_pem(3);
+        store(
+            &w,
+            chain2.as_bytes(),
+            &key2.serialize_pem(),
+            t0 + Duration::from_secs(3600),
+        )
+        .unwrap();
+        assert!(current(&w).unwrap().unwrap().starts_with(chain2.as_bytes()));
+        assert!(root.path(target).exists());
+        use std::os::unix::fs::PermissionsExt;
+        let f = root.path("/var/lib/kubelet/pki/kubelet-client-2026-11-30-01-53-20.pem");
+        assert_eq!(
+            std::fs::metadata(f).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+    }
+
+    #[test]
+    fn stamps_are_utc_calendar_times() {
+        assert_eq!(stamp(UNIX_EPOCH), "1970-01-01-00-00-00");
+        assert_eq!(
+            stamp(UNIX_EPOCH + Duration::from_secs(951_782_400)),
+            "2000-02-29-00-00-00"
+        );
+        assert_eq!(
+            stamp(UNIX_EPOCH + Duration::from_secs(1_796_000_000)),
+            "2026-11-30-00-53-20"
+        );
+    }
+}
