@@ -1,0 +1,738 @@
+//! An HTTPS stand-in for the part of kube-apiserver (and kube-controller-manager's CSR approver
+//! and signer) that kubelet's TLS bootstrap touches, run by tests on loopback.
+//!
+//! What it does as upstream does:
+//! - authentication: bootstrap tokens (`Authorization: Bearer <id>.<secret>` ->
+//!   `system:bootstrap:<id>` in `system:bootstrappers`), client certificates signed by its CA
+//!   (CN -> user, O -> groups); `system:authenticated` for both; 401 otherwise;
+//! - authorization as Typhoon's RBAC has it: bootstrappers create/get/list/watch CSRs (nodeclient),
+//!   nodes create/get/list/watch CSRs (selfnodeclient); 403 otherwise;
+//! - `certificates.k8s.io/v1` CertificateSigningRequests: create (409 AlreadyExists on a taken
+//!   name, `spec.username`/`groups` set from the requester), get (404 NotFound), list and watch
+//!   with `fieldSelector=metadata.name=<name>`, `resourceVersion`, `timeoutSeconds` and
+//!   `allowWatchBookmarks` (newline-delimited JSON events; a BOOKMARK before a timeout closes it);
+//! - approval by the rules of the kubelet-client auto-approver (`sarapprove.go`): signer
+//!   `kubernetes.io/kube-apiserver-client-kubelet`, O exactly `[system:nodes]`, CN `system:node:*`,
+//!   no SANs, usages {digital signature, key encipherment, client auth} or {digital signature,
+//!   client auth}; nodeclient for bootstrappers, selfnodeclient when the requester is the CN;
+//!   condition `Approved`/`AutoApproved`;
+//! - signing with its CA for the configured duration (Typhoon: 72h; a shorter
+//!   `spec.expirationSeconds` wins);
+//! - errors as `Status` objects with `reason` and `code`;
+//! - `POST /apis/authentication.k8s.io/v1/selfsubjectreviews`: who the caller is.
+//!
+//! What it does not: anything else of the API, admission, real RBAC evaluation, etcd, HTTP/2,
+//! protobuf, pagination. docs/testing.md lists this too.
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use base64::Engine as _;
+use bytes::Bytes;
+use http_body_util::{combinators::BoxBody, BodyExt, Full, StreamBody};
+use hyper::body::{Frame, Incoming};
+use hyper::{Method, Request, Response, StatusCode};
+use serde_json::{json, Value};
+use tokio::sync::broadcast;
+
+pub const SIGNER: &str = "kubernetes.io/kube-apiserver-client-kubelet";
+const CSR_PATH: &str = "/apis/certificates.k8s.io/v1/certificatesigningrequests";
+
+/// What the approver does with a request it recognizes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Approval {
+    /// Approve and sign at once (kube-controller-manager's auto-approver).
+    Auto,
+    /// Approve and sign after this long.
+    After(Duration),
+    /// Leave it pending until [`Double::approve`].
+    Manual,
+    Deny(String),
+    Fail(String),
+}
+
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// `<id>.<secret>` bootstrap tokens.
+    pub bootstrap_tokens: Vec<String>,
+    pub signing_duration: Duration,
+    pub approval: Approval,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            bootstrap_tokens: vec!["abcdef.0123456789abcdef".into()],
+            signing_duration: Duration::from_secs(72 * 3600),
+            approval: Approval::Auto,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct User {
+    pub name: String,
+    pub groups: Vec<String>,
+}
+
+#[derive(Clone, Debug)]
+struct Event {
+    rv: u64,
+    kind: &'static str,
+    object: Value,
+}
+
+struct State {
+    rv: u64,
+    csrs: BTreeMap<String, Value>,
+    log: Vec<Event>,
+    /// Requests as received (for tests to inspect).
+    received: Vec<Value>,
+}
+
+struct Inner {
+    opts: Mutex<Options>,
+    state: Mutex<State>,
+    events: broadcast::Sender<Event>,
+    /// Bumped to close every open watch (a dropped connection mid-wait).
+    drop_watches: broadcast::Sender<()>,
+    ca_key: rcgen::KeyPair,
+    ca_params: rcgen::CertificateParams,
+    ca_pem: String,
+}
+
+/// A running double. Dropping it stops it.
+pub struct Double {
+    pub addr: SocketAddr,
+    inner: Arc<Inner>,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Double {
+    fn drop(&mut self) {
+        self.server.abort();
+    }
+}
+
+fn status(code: StatusCode, reason: &str, message: &str) -> Value {
+    json!({
+        "kind": "Status", "apiVersion": "v1", "metadata": {},
+        "status": "Failure", "message": message, "reason": reason, "code": code.as_u16()
+    })
+}
+
+type Body = BoxBody<Bytes, Infallible>;
+
+fn reply(code: StatusCode, v: &Value) -> Response<Body> {
+    Response::builder()
+        .status(code)
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(v.to_string())).boxed())
+        .expect("response")
+}
+
+fn fail(code: StatusCode, reason: &str, message: &str) -> Response<Body> {
+    reply(code, &status(code, reason, message))
+}
+
+impl Double {
+    /// Starts on 127.0.0.1 (a free port) with a fresh CA.
+    pub async fn start(opts: Options) -> anyhow::Result<Double> {
+        Self::start_on("127.0.0.1:0".parse()?, opts).await
+    }
+
+    /// Starts on `addr` (a port of the caller's choosing, e.g. to come back "up" after a stop).
+    pub async fn start_on(addr: SocketAddr, opts: Options) -> anyhow::Result<Double> {
+        let ca_key = rcgen::KeyPair::generate()?;
+        let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new())?;
+        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        ca_params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "kubernetes-ca");
+        ca_params
+            .distinguished_name
+            .push(rcgen::DnType::OrganizationName, "typhoon");
+        ca_params.key_usages = vec![
+            rcgen::KeyUsagePurpose::KeyCertSign,
+            rcgen::KeyUsagePurpose::DigitalSignature,
+        ];
+        let ca_cert = ca_params.self_signed(&ca_key)?;
+        let (events, _) = broadcast::channel(1024);
+        let (drop_watches, _) = broadcast::channel(16);
+        let inner = Arc::new(Inner {
+            opts: Mutex::new(opts),
+            state: Mutex::new(State {
+                rv: 1,
+                csrs: BTreeMap::new(),
+                log: Vec::new(),
+                received: Vec::new(),
+            }),
+            events,
+            drop_watches,
+            ca_pem: ca_cert.pem(),
+            ca_key,
+            ca_params,
+        });
+        // The serving certificate, for 127.0.0.1 and localhost.
+        let srv_key = rcgen::KeyPair::generate()?;
+        let mut srv =
+            rcgen::CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()])?;
+        srv.distinguished_name
+            .push(rcgen::DnType::CommonName, "kube-apiserver");
+        let issuer = rcgen::Issuer::from_params(&inner.ca_params, &inner.ca_key);
+        let srv_cert = srv.signed_by(&srv_key, &issuer)?;
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(ca_cert.der().clone())?;
+        let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+            Arc::new(roots),
+            Arc::new(rustls::crypto::ring::default_provider()),
+        )
+        .allow_unauthenticated()
+        .build()?;
+        let tls = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()?
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(
+            vec![srv_cert.der().clone()],
+            rustls::pki_types::PrivateKeyDer::Pkcs8(srv_key.serialize_der().into()),
+        )?;
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
+        let listener = tokio::net::TcpListener::bind(addr).await?;
+        let addr = listener.local_addr()?;
+        let srv_inner = inner.clone();
+        let server = tokio::spawn(async move {
+            loop {
+                let Ok((tcp, _)) = listener.accept().await else {
+                    continue;
+                };
+                let (acceptor, inner) = (acceptor.clone(), srv_inner.clone());
+                tokio::spawn(async move {
+                    let Ok(tls) = acceptor.accept(tcp).await else {
+                        return;
+                    };
+                    let peer = tls
+                        .get_ref()
+                        .1
+                        .peer_certificates()
+                        .and_then(|c| c.first())
+                        .map(|c| c.as_ref().to_vec());
+                    let svc = hyper::service::service_fn(move |req| {
+                        let (inner, peer) = (inner.clone(), peer.clone());
+                        async move { Ok::<_, Infallible>(handle(inner, peer, req).await) }
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(hyper_util::rt::TokioIo::new(tls), svc)
+                        .await;
+                });
+            }
+        });
+        Ok(Double {
+            addr,
+            inner,
+            server,
+        })
+    }
+
+    pub fn url(&self) -> String {
+        format!("https://{}", self.addr)
+    }
+
+    pub fn ca_pem(&self) -> &str {
+        &self.inner.ca_pem
+    }
+
+    pub fn set_approval(&self, a: Approval) {
+        self.inner.opts.lock().expect("opts").approval = a;
+    }
+
+    /// Every CSR as stored.
+    pub fn csrs(&self) -> Vec<Value> {
+        self.inner
+            .state
+            .lock()
+            .expect("state")
+            .csrs
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    /// Every create request body as received.
+    pub fn received(&self) -> Vec<Value> {
+        self.inner.state.lock().expect("state").received.clone()
+    }
+
+    /// Approves (and signs) a pending request, as an operator's `kubectl certificate approve`.
+    pub fn approve(&self, name: &str) -> anyhow::Result<()> {
+        approve_and_sign(&self.inner, name, "Approved", "AutoApproved", "approved")
+    }
+
+    /// Closes every open watch stream, as a dropped connection would.
+    pub fn drop_watches(&self) {
+        let _ = self.inner.drop_watches.send(());
+    }
+
+    /// A bootstrap kubeconfig in Typhoon's form (nameless context, no current-context).
+    pub fn bootstrap_kubeconfig(&self, token: &str) -> String {
+        let ca = base64::engine::general_purpose::STANDARD.encode(&self.inner.ca_pem);
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: local\n  cluster:\n    server: {}\n    certificate-authority-data: {ca}\nusers:\n- name: kubelet\n  user:\n    token: {token}\ncontexts:\n- context:\n    cluster: local\n    user: kubelet\n",
+            self.url()
+        )
+    }
+}
+
+fn authenticate(inner: &Inner, peer: Option<&[u8]>, req: &Request<Incoming>) -> Option<User> {
+    if let Some(auth) = req
+        .headers()
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+    {
+        let token = auth.strip_prefix("Bearer ")?;
+        let opts = inner.opts.lock().expect("opts");
+        if !opts.bootstrap_tokens.iter().any(|t| t == token) {
+            return None;
+        }
+        let id = token.split('.').next().unwrap_or_default();
+        return Some(User {
+            name: format!("system:bootstrap:{id}"),
+            groups: vec!["system:bootstrappers".into(), "system:authenticated".into()],
+        });
+    }
+    let der = peer?;
+    let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
+    let cn = cert
+        .subject()
+        .iter_common_name()
+        .next()?
+        .as_str()
+        .ok()?
+        .to_string();
+    let mut groups: Vec<String> = cert
+        .subject()
+        .iter_organization()
+        .filter_map(|o| o.as_str().ok().map(String::from))
+        .collect();
+    groups.push("system:authenticated".into());
+    Some(User { name: cn, groups })
+}
+
+/// Typhoon's RBAC for CSRs: system:node-bootstrapper and the selfnodeclient/nodeclient roles.
+fn may_use_csrs(u: &User) -> bool {
+    u.groups
+        .iter()
+        .any(|g| g == "system:bootstrappers" || g == "system:nodes")
+}
+
+async fn handle(
+    inner: Arc<Inner>,
+    peer: Option<Vec<u8>>,
+    req: Request<Incoming>,
+) -> Response<Body> {
+    let Some(user) = authenticate(&inner, peer.as_deref(), &req) else {
+        return fail(StatusCode::UNAUTHORIZED, "Unauthorized", "Unauthorized");
+    };
+    let path = req.uri().path().to_string();
+    let query: BTreeMap<String, String> = req
+        .uri()
+        .query()
+        .unwrap_or("")
+        .split('&')
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.replace("%3D", "=").replace("%3d", "=")))
+        .collect();
+    match (req.method().clone(), path.as_str()) {
+        (Method::POST, "/apis/authentication.k8s.io/v1/selfsubjectreviews") => reply(
+            StatusCode::CREATED,
+            &json!({"kind": "SelfSubjectReview", "apiVersion": "authentication.k8s.io/v1",
+                    "metadata": {}, "status": {"userInfo": {"username": user.name, "groups": user.groups}}}),
+        ),
+        (Method::POST, CSR_PATH) => {
+            if !may_use_csrs(&user) {
+                return forbidden(&user, "create");
+            }
+            let body = req
+                .into_body()
+                .collect()
+                .await
+                .map(|b| b.to_bytes())
+                .unwrap_or_default();
+            let Ok(obj) = serde_json::from_slice::<Value>(&body) else {
+                return fail(
+                    StatusCode::BAD_REQUEST,
+                    "BadRequest",
+                    "the body is not JSON",
+                );
+            };
+            create(&inner, &user, obj).await
+        }
+        (Method::GET, CSR_PATH) => {
+            if !may_use_csrs(&user) {
+                return forbidden(&user, "list");
+            }
+            let name = query
+                .get("fieldSelector")
+                .and_then(|f| f.strip_prefix("metadata.name="))
+                .map(String::from);
+            if query.get("watch").map(String::as_str) == Some("true") {
+                watch(&inner, name, &query)
+            } else {
+                let st = inner.state.lock().expect("state");
+                let items: Vec<Value> = st
+                    .csrs
+                    .values()
+                    .filter(|c| name.as_deref().is_none_or(|n| c["metadata"]["name"] == n))
+                    .cloned()
+                    .collect();
+                reply(
+                    StatusCode::OK,
+                    &json!({"kind": "CertificateSigningRequestList", "apiVersion": "certificates.k8s.io/v1",
+                            "metadata": {"resourceVersion": st.rv.to_string()}, "items": items}),
+                )
+            }
+        }
+        (Method::GET, p) if p.starts_with(CSR_PATH) => {
+            if !may_use_csrs(&user) {
+                return forbidden(&user, "get");
+            }
+            let name = p[CSR_PATH.len()..].trim_start_matches('/');
+            match inner.state.lock().expect("state").csrs.get(name) {
+                Some(c) => reply(StatusCode::OK, c),
+                None => fail(
+                    StatusCode::NOT_FOUND,
+                    "NotFound",
+                    &format!("certificatesigningrequests.certificates.k8s.io \"{name}\" not found"),
+                ),
+            }
+        }
+        _ => fail(
+            StatusCode::NOT_FOUND,
+            "NotFound",
+            "the server could not find the requested resource",
+        ),
+    }
+}
+
+fn forbidden(u: &User, verb: &str) -> Response<Body> {
+    fail(
+        StatusCode::FORBIDDEN,
+        "Forbidden",
+        &format!("certificatesigningrequests.certificates.k8s.io is forbidden: User \"{}\" cannot {verb} resource \"certificatesigningrequests\" in API group \"certificates.k8s.io\" at the cluster scope", u.name),
+    )
+}
+
+fn record(st: &mut State, inner: &Inner, kind: &'static str, object: &mut Value) {
+    st.rv += 1;
+    object["metadata"]["resourceVersion"] = json!(st.rv.to_string());
+    let ev = Event {
+        rv: st.rv,
+        kind,
+        object: object.clone(),
+    };
+    st.log.push(ev.clone());
+    let _ = inner.events.send(ev);
+}
+
+async fn create(inner: &Arc<Inner>, user: &User, mut obj: Value) -> Response<Body> {
+    let name = match obj["metadata"]["name"].as_str() {
+        Some(n) if !n.is_empty() => n.to_string(),
+        _ => match obj["metadata"]["generateName"].as_str() {
+            Some(g) => format!("{g}{:05x}", inner.state.lock().expect("state").rv),
+            None => {
+                return fail(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "Invalid",
+                    "metadata.name or generateName is required",
+                )
+            }
+        },
+    };
+    {
+        let mut st = inner.state.lock().expect("state");
+        st.received.push(obj.clone());
+        if st.csrs.contains_key(&name) {
+            return fail(
+                StatusCode::CONFLICT,
+                "AlreadyExists",
+                &format!(
+                    "certificatesigningrequests.certificates.k8s.io \"{name}\" already exists"
+                ),
+            );
+        }
+        obj["metadata"]["name"] = json!(name);
+        obj["metadata"]["uid"] = json!(format!("uid-{name}"));
+        obj["spec"]["username"] = json!(user.name);
+        obj["spec"]["groups"] = json!(user.groups);
+        obj["status"] = json!({});
+        let mut stored = obj.clone();
+        record(&mut st, inner, "ADDED", &mut stored);
+        st.csrs.insert(name.clone(), stored.clone());
+        obj = stored;
+    }
+    let approval = inner.opts.lock().expect("opts").approval.clone();
+    let bg = inner.clone();
+    let n = name.clone();
+    tokio::spawn(async move {
+        match approval {
+            Approval::Auto => auto_approve(&bg, &n),
+            Approval::After(d) => {
+                tokio::time::sleep(d).await;
+                auto_approve(&bg, &n)
+            }
+            Approval::Manual => {}
+            Approval::Deny(why) => {
+                let _ = condition(&bg, &n, "Denied", "Denied", &why);
+            }
+            Approval::Fail(why) => {
+                let _ = condition(&bg, &n, "Failed", "SignerFailed", &why);
+            }
+        }
+    });
+    reply(StatusCode::CREATED, &obj)
+}
+
+/// The kubelet-client recognizers of kube-controller-manager's approver.
+pub fn recognize(csr: &Value) -> Result<&'static str, String> {
+    if csr["spec"]["signerName"] != SIGNER {
+        return Err(format!("signerName is not {SIGNER}"));
+    }
+    let pem = base64::engine::general_purpose::STANDARD
+        .decode(csr["spec"]["request"].as_str().unwrap_or(""))
+        .map_err(|e| format!("spec.request is not base64: {e}"))?;
+    let (_, p) = x509_parser::pem::parse_x509_pem(&pem)
+        .map_err(|e| format!("spec.request is not PEM: {e}"))?;
+    let (_, req) =
+        x509_parser::certification_request::X509CertificationRequest::from_der(&p.contents)
+            .map_err(|e| format!("not a certificate request: {e}"))?;
+    req.verify_signature()
+        .map_err(|e| format!("bad request signature: {e}"))?;
+    let subj = &req.certification_request_info.subject;
+    let orgs: Vec<&str> = subj
+        .iter_organization()
+        .filter_map(|o| o.as_str().ok())
+        .collect();
+    if orgs != ["system:nodes"] {
+        return Err(format!(
+            "organization must be exactly [system:nodes], is {orgs:?}"
+        ));
+    }
+    let cn = subj
+        .iter_common_name()
+        .next()
+        .and_then(|c| c.as_str().ok())
+        .unwrap_or("");
+    if !cn.starts_with("system:node:") {
+        return Err("common name must start with system:node:".into());
+    }
+    if let Some(exts) = req.requested_extensions() {
+        for e in exts {
+            if matches!(
+                e,
+                x509_parser::extensions::ParsedExtension::SubjectAlternativeName(_)
+            ) {
+                return Err("subject alternative names are not allowed".into());
+            }
+        }
+    }
+    let mut usages: Vec<&str> = csr["spec"]["usages"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|u| u.as_str()).collect())
+        .unwrap_or_default();
+    usages.sort_unstable();
+    if usages != ["client auth", "digital signature", "key encipherment"]
+        && usages != ["client auth", "digital signature"]
+    {
+        return Err(format!("usages {usages:?} are not a kubelet client's"));
+    }
+    let groups: Vec<&str> = csr["spec"]["groups"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|g| g.as_str()).collect())
+        .unwrap_or_default();
+    if csr["spec"]["username"] == cn {
+        if groups.contains(&"system:nodes") {
+            return Ok("selfnodeclient");
+        }
+        return Err("selfnodeclient needs a requester in system:nodes".into());
+    }
+    if groups.contains(&"system:bootstrappers") {
+        return Ok("nodeclient");
+    }
+    Err("the requester may not ask for a node client certificate".into())
+}
+
+use x509_parser::prelude::FromDer;
+
+fn auto_approve(inner: &Arc<Inner>, name: &str) {
+    let csr = inner.state.lock().expect("state").csrs.get(name).cloned();
+    let Some(csr) = csr else { return };
+    // Unrecognized requests stay pending, as upstream leaves them for a person.
+    if recognize(&csr).is_ok() {
+        let _ = approve_and_sign(
+            inner,
+            name,
+            "Approved",
+            "AutoApproved",
+            "Auto approving kubelet client certificate after SubjectAccessReview.",
+        );
+    }
+}
+
+fn condition(
+    inner: &Arc<Inner>,
+    name: &str,
+    kind: &str,
+    reason: &str,
+    message: &str,
+) -> anyhow::Result<()> {
+    let mut st = inner.state.lock().expect("state");
+    let mut csr = st
+        .csrs
+        .get(name)
+        .cloned()
+        .ok_or_else(|| anyhow::anyhow!("no CSR {name}"))?;
+    let mut conds = csr["status"]["conditions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    conds.push(json!({"type": kind, "status": "True", "reason": reason, "message": message}));
+    csr["status"]["conditions"] = json!(conds);
+    record(&mut st, inner, "MODIFIED", &mut csr);
+    st.csrs.insert(name.to_string(), csr);
+    Ok(())
+}
+
+fn approve_and_sign(
+    inner: &Arc<Inner>,
+    name: &str,
+    kind: &str,
+    reason: &str,
+    message: &str,
+) -> anyhow::Result<()> {
+    condition(inner, name, kind, reason, message)?;
+    let csr = inner
+        .state
+        .lock()
+        .expect("state")
+        .csrs
+        .get(name)
+        .cloned()
+        .ok_or_else(|| anyhow::anyhow!("no CSR"))?;
+    let pem = base64::engine::general_purpose::STANDARD
+        .decode(csr["spec"]["request"].as_str().unwrap_or(""))?;
+    let mut params = rcgen::CertificateSigningRequestParams::from_pem(std::str::from_utf8(&pem)?)?;
+    let mut duration = inner.opts.lock().expect("opts").signing_duration;
+    if let Some(s) = csr["spec"]["expirationSeconds"].as_u64() {
+        duration = duration.min(Duration::from_secs(s));
+    }
+    let now = std::time::SystemTime::now();
+    params.params.not_before = (now - Duration::from_secs(5)).into();
+    params.params.not_after = (now + duration).into();
+    params.params.key_usages = vec![
+        rcgen::KeyUsagePurpose::DigitalSignature,
+        rcgen::KeyUsagePurpose::KeyEncipherment,
+    ];
+    params.params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+    let issuer = rcgen::Issuer::from_params(&inner.ca_params, &inner.ca_key);
+    let cert = params.signed_by(&issuer)?;
+    let mut st = inner.state.lock().expect("state");
+    let mut csr = st
+        .csrs
+        .get(name)
+        .cloned()
+        .ok_or_else(|| anyhow::anyhow!("no CSR"))?;
+    csr["status"]["certificate"] =
+        json!(base64::engine::general_purpose::STANDARD.encode(cert.pem()));
+    record(&mut st, inner, "MODIFIED", &mut csr);
+    st.csrs.insert(name.to_string(), csr);
+    Ok(())
+}
+
+fn watch(inner: &Arc<Inner>, name: Option<String>, q: &BTreeMap<String, String>) -> Response<Body> {
+    let timeout = q
+        .get("timeoutSeconds")
+        .and_then(|t| t.parse().ok())
+        .map(Duration::from_secs)
+        .unwrap_or(Duration::from_secs(1800));
+    let bookmarks = q.get("allowWatchBookmarks").map(String::as_str) == Some("true");
+    let since: Option<u64> = q
+        .get("resourceVersion")
+        .and_then(|v| v.parse().ok())
+        .filter(|v| *v > 0);
+    let matches = move |o: &Value, name: &Option<String>| {
+        name.as_deref().is_none_or(|n| o["metadata"]["name"] == n)
+    };
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, Infallible>>(64);
+    let mut events = inner.events.subscribe();
+    let mut dropper = inner.drop_watches.subscribe();
+    // What happened before the watch started: from `since`, or the current objects as ADDED.
+    let (backlog, current_rv): (Vec<Event>, u64) = {
+        let st = inner.state.lock().expect("state");
+        let b = match since {
+            Some(rv) => st.log.iter().filter(|e| e.rv > rv).cloned().collect(),
+            None => st
+                .csrs
+                .values()
+                .map(|o| Event {
+                    rv: 0,
+                    kind: "ADDED",
+                    object: o.clone(),
+                })
+                .collect(),
+        };
+        (b, st.rv)
+    };
+    tokio::spawn(async move {
+        let line = |kind: &str, object: &Value| {
+            Frame::data(Bytes::from(format!(
+                "{}\n",
+                json!({"type": kind, "object": object})
+            )))
+        };
+        let mut last_rv = current_rv;
+        for e in backlog.into_iter().filter(|e| matches(&e.object, &name)) {
+            if tx.send(Ok(line(e.kind, &e.object))).await.is_err() {
+                return;
+            }
+        }
+        let deadline = tokio::time::sleep(timeout);
+        tokio::pin!(deadline);
+        loop {
+            tokio::select! {
+                _ = &mut deadline => {
+                    if bookmarks {
+                        let bm = json!({"kind": "CertificateSigningRequest", "apiVersion": "certificates.k8s.io/v1", "metadata": {"resourceVersion": last_rv.to_string()}});
+                        let _ = tx.send(Ok(line("BOOKMARK", &bm))).await;
+                    }
+                    return;
+                }
+                _ = dropper.recv() => return,
+                ev = events.recv() => match ev {
+                    Ok(e) => {
+                        last_rv = e.rv;
+                        if e.rv > current_rv && matches(&e.object, &name) && tx.send(Ok(line(e.kind, &e.object))).await.is_err() {
+                            return;
+                        }
+                    }
+                    Err(_) => return,
+                },
+            }
+        }
+    });
+    let body = StreamBody::new(tokio_stream_from(rx));
+    Response::builder()
+        .status(StatusCode::OK)
+        .header("content-type", "application/json")
+        .body(BodyExt::boxed(body))
+        .expect("response")
+}
+
+fn tokio_stream_from<T: Send + 'static>(
+    mut rx: tokio::sync::mpsc::Receiver<T>,
+) -> impl futures_util::Stream<Item = T> {
+    futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx))
+}
