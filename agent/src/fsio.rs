@@ -266,14 +266,7 @@ impl<'a> Writer<'a> {
             if diff.owner.is_some() {
                 fs::set_permissions(&real, fs::Permissions::from_mode(spec.mode & 0o700))
                     .map_err(werr(&real, "chmod"))?;
-                nix::unistd::fchownat(
-                    None,
-                    &real,
-                    Some(spec.uid.into()),
-                    Some(spec.gid.into()),
-                    nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
-                )
-                .map_err(|e| werr(&real, "chown")(e.into()))?;
+                chown_nofollow(&real, spec.uid, spec.gid)?;
             }
             if let Some(l) = &label {
                 self.labeler
@@ -392,14 +385,7 @@ impl<'a> Writer<'a> {
                 .map_err(|e| label_err(&real, e))?;
         }
         if self.chown {
-            nix::unistd::fchownat(
-                None,
-                &real,
-                Some(spec.uid.into()),
-                Some(spec.gid.into()),
-                nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
-            )
-            .map_err(|e| werr(&real, "chown")(e.into()))?;
+            chown_nofollow(&real, spec.uid, spec.gid)?;
         }
         fs::set_permissions(&real, fs::Permissions::from_mode(spec.mode))
             .map_err(werr(&real, "chmod"))?;
@@ -430,6 +416,18 @@ impl<'a> Writer<'a> {
 }
 
 use std::os::unix::fs::DirBuilderExt;
+
+/// chown of the entry itself, never a symlink's target.
+fn chown_nofollow(real: &Path, uid: u32, gid: u32) -> Result<(), WriteError> {
+    nix::unistd::fchownat(
+        None,
+        real,
+        Some(uid.into()),
+        Some(gid.into()),
+        nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+    )
+    .map_err(|e| werr(real, "chown")(e.into()))
+}
 
 fn fsync_dir(dir: &Path) -> Result<(), WriteError> {
     File::open(dir)
