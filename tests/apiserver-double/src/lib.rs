@@ -91,6 +91,8 @@ struct State {
     log: Vec<Event>,
     /// Requests as received (for tests to inspect).
     received: Vec<Value>,
+    /// When each request's certificate was issued.
+    signed: BTreeMap<String, std::time::Instant>,
 }
 
 struct Inner {
@@ -169,6 +171,7 @@ impl Double {
                 csrs: BTreeMap::new(),
                 log: Vec::new(),
                 received: Vec::new(),
+                signed: BTreeMap::new(),
             }),
             events,
             drop_watches,
@@ -270,6 +273,17 @@ impl Double {
     /// Approves (and signs) a pending request, as an operator's `kubectl certificate approve`.
     pub fn approve(&self, name: &str) -> anyhow::Result<()> {
         approve_and_sign(&self.inner, name, "Approved", "AutoApproved", "approved")
+    }
+
+    /// When the request's certificate was issued (published to watchers).
+    pub fn signed_at(&self, name: &str) -> Option<std::time::Instant> {
+        self.inner
+            .state
+            .lock()
+            .expect("state")
+            .signed
+            .get(name)
+            .copied()
     }
 
     /// Closes every open watch stream, as a dropped connection would.
@@ -648,6 +662,8 @@ fn approve_and_sign(
     csr["status"]["certificate"] =
         json!(base64::engine::general_purpose::STANDARD.encode(cert.pem()));
     record(&mut st, inner, "MODIFIED", &mut csr);
+    st.signed
+        .insert(name.to_string(), std::time::Instant::now());
     st.csrs.insert(name.to_string(), csr);
     Ok(())
 }

@@ -1,0 +1,248 @@
+//! Kubelet TLS bootstrap, as kubelet does it (`pkg/kubelet/certificate/bootstrap`): with the
+//! bootstrap kubeconfig's token, request a node client certificate and wait for it by watch; then
+//! write the node's credentials and the kubeconfig kubelet uses. The server is always verified
+//! against the cluster CA from the bootstrap kubeconfig; there is no insecure mode.
+//!
+//! Not yet wired into the engine (issue 5 continues): tested against the API double.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime};
+
+use futures_util::{StreamExt, TryStreamExt};
+use k8s_openapi::api::certificates::v1::{
+    CertificateSigningRequest, CertificateSigningRequestSpec,
+};
+use kube::api::{Api, PostParams, WatchEvent, WatchParams};
+
+use crate::credentials::{self, Validity};
+use crate::csr;
+use crate::fsio::{FileSpec, Writer};
+
+#[derive(Debug, thiserror::Error)]
+pub enum BootstrapError {
+    #[error("{0}")]
+    Config(String),
+    #[error("certificate request {name} was denied: {message}")]
+    Denied { name: String, message: String },
+    #[error("certificate request {name} failed: {message}")]
+    Failed { name: String, message: String },
+    #[error("certificate request {name} exists but is not ours ({why}); delete it or wait for it to expire")]
+    Incompatible { name: String, why: String },
+    #[error("the API server at {server}: {message}")]
+    Api { server: String, message: String },
+    #[error("certificate request {name} not approved and issued within {secs}s")]
+    Timeout { name: String, secs: u64 },
+    #[error("{0}")]
+    Local(String),
+}
+
+/// What a bootstrap produced.
+#[derive(Debug)]
+pub struct Issued {
+    pub request: String,
+    pub validity: Validity,
+    /// `kubelet-client-current.pem` (node path).
+    pub credentials: PathBuf,
+}
+
+pub struct Bootstrap<'a> {
+    pub writer: &'a Writer<'a>,
+    pub node_name: &'a str,
+    /// Node paths.
+    pub bootstrap_kubeconfig: &'a Path,
+    pub kubeconfig: &'a Path,
+    /// How long to wait for approval and issuance (kubelet: an hour).
+    pub wait: Duration,
+}
+
+fn api_err(server: &str) -> impl Fn(kube::Error) -> BootstrapError + '_ {
+    move |e| BootstrapError::Api {
+        server: server.to_string(),
+        message: e.to_string(),
+    }
+}
+
+impl Bootstrap<'_> {
+    /// A client from the bootstrap kubeconfig (its cluster CA is the only trust root).
+    async fn client(&self) -> Result<(kube::Client, String, Vec<u8>), BootstrapError> {
+        let root = self.writer.root();
+        let real = root.path(self.bootstrap_kubeconfig);
+        let text = std::fs::read_to_string(&real).map_err(|e| {
+            BootstrapError::Config(format!("{}: {e}", self.bootstrap_kubeconfig.display()))
+        })?;
+        let kc = crate::kubeconfig::parse(&text, self.bootstrap_kubeconfig)
+            .map_err(|e| BootstrapError::Config(e.to_string()))?;
+        let ca = crate::kubeconfig::cluster_ca(root, self.bootstrap_kubeconfig)
+            .map_err(|e| BootstrapError::Config(e.to_string()))?;
+        let server = crate::kubeconfig::cluster(&kc, self.bootstrap_kubeconfig)
+            .ok()
+            .and_then(|c| c.cluster.as_ref().and_then(|c| c.server.clone()))
+            .ok_or_else(|| {
+                BootstrapError::Config(format!(
+                    "{}: the cluster has no server",
+                    self.bootstrap_kubeconfig.display()
+                ))
+            })?;
+        let context = kc
+            .current_context
+            .clone()
+            .or_else(|| kc.contexts.first().map(|c| c.name.clone()));
+        let opts = kube::config::KubeConfigOptions {
+            context,
+            ..Default::default()
+        };
+        let cfg = kube::Config::from_custom_kubeconfig(kc, &opts)
+            .await
+            .map_err(|e| {
+                BootstrapError::Config(format!("{}: {e}", self.bootstrap_kubeconfig.display()))
+            })?;
+        let client = kube::Client::try_from(cfg).map_err(api_err(&server))?;
+        Ok((client, server, ca))
+    }
+
+    /// Runs the bootstrap: key (kept while pending), request (reused after a crash), watch,
+    /// credentials, node kubeconfig.
+    pub async fn run(&self) -> Result<Issued, BootstrapError> {
+        let (client, server, ca) = self.client().await?;
+        let api: Api<CertificateSigningRequest> = Api::all(client);
+        let local = |e: anyhow::Error| BootstrapError::Local(format!("{e:#}"));
+        let (key, _) = credentials::pending_key(self.writer).map_err(local)?;
+        let name = csr::request_name(&key, self.node_name);
+        let request = csr::request_pem(&key, self.node_name)
+            .map_err(|e| BootstrapError::Local(e.to_string()))?;
+        let mut object = CertificateSigningRequest::default();
+        object.metadata.name = Some(name.clone());
+        object.spec = CertificateSigningRequestSpec {
+            request: k8s_openapi::ByteString(request.into_bytes()),
+            signer_name: csr::SIGNER.into(),
+            usages: Some(csr::USAGES.iter().map(|u| u.to_string()).collect()),
+            ..Default::default()
+        };
+        match api.create(&PostParams::default(), &object).await {
+            Ok(_) => tracing::info!(request = %name, "certificate request created"),
+            Err(kube::Error::Api(s)) if s.code == 409 => {
+                // Ours from before a restart (same key, so same name)? Then wait for it.
+                let existing = api.get(&name).await.map_err(api_err(&server))?;
+                ensure_ours(&existing, &key, &name)?;
+                tracing::info!(request = %name, "reusing the certificate request made before a restart");
+            }
+            Err(e) => return Err(api_err(&server)(e)),
+        }
+        let chain = self.wait_for(&api, &name, &server).await?;
+        let validity = credentials::validity(&chain).map_err(local)?;
+        let current =
+            credentials::store(self.writer, &chain, &key.serialize_pem(), SystemTime::now())
+                .map_err(local)?;
+        let kubeconfig = csr::node_kubeconfig(&server, &ca, &current.display().to_string());
+        self.writer
+            .write(&FileSpec::new(self.kubeconfig, kubeconfig, 0o600))
+            .map_err(|e| BootstrapError::Local(e.to_string()))?;
+        Ok(Issued {
+            request: name,
+            validity,
+            credentials: current,
+        })
+    }
+
+    /// Watches the request by name until it is issued, denied or failed; a watch that ends
+    /// (timeout, dropped connection) is started again from the last state.
+    async fn wait_for(
+        &self,
+        api: &Api<CertificateSigningRequest>,
+        name: &str,
+        server: &str,
+    ) -> Result<Vec<u8>, BootstrapError> {
+        let deadline = Instant::now() + self.wait;
+        let fields = format!("metadata.name={name}");
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(BootstrapError::Timeout {
+                    name: name.into(),
+                    secs: self.wait.as_secs(),
+                });
+            }
+            let wp = WatchParams::default()
+                .fields(&fields)
+                .timeout(left.as_secs().clamp(1, 290) as u32);
+            // "0": the current state first (it may be issued already), then changes.
+            let stream = api.watch(&wp, "0").await.map_err(api_err(server))?;
+            let mut stream = stream.boxed();
+            while let Some(ev) = tokio::time::timeout(left, stream.try_next())
+                .await
+                .map_err(|_| BootstrapError::Timeout {
+                    name: name.into(),
+                    secs: self.wait.as_secs(),
+                })?
+                .map_err(api_err(server))?
+            {
+                let csr = match ev {
+                    WatchEvent::Added(c) | WatchEvent::Modified(c) => c,
+                    WatchEvent::Deleted(_) => {
+                        return Err(BootstrapError::Failed {
+                            name: name.into(),
+                            message: "the request was deleted".into(),
+                        })
+                    }
+                    WatchEvent::Bookmark(_) => continue,
+                    WatchEvent::Error(e) => {
+                        return Err(BootstrapError::Api {
+                            server: server.into(),
+                            message: e.message,
+                        })
+                    }
+                };
+                let status = csr.status.unwrap_or_default();
+                for c in status.conditions.unwrap_or_default() {
+                    let message = c.message.unwrap_or_else(|| c.reason.unwrap_or_default());
+                    match c.type_.as_str() {
+                        "Denied" => {
+                            return Err(BootstrapError::Denied {
+                                name: name.into(),
+                                message,
+                            })
+                        }
+                        "Failed" => {
+                            return Err(BootstrapError::Failed {
+                                name: name.into(),
+                                message,
+                            })
+                        }
+                        _ => {}
+                    }
+                }
+                if let Some(cert) = status.certificate {
+                    if !cert.0.is_empty() {
+                        return Ok(cert.0);
+                    }
+                }
+            }
+            tracing::debug!(request = %name, "watch ended; watching again");
+        }
+    }
+}
+
+/// A request found under our name must carry our public key and signer (upstream's
+/// `ensureCompatible`).
+fn ensure_ours(
+    existing: &CertificateSigningRequest,
+    key: &rcgen::KeyPair,
+    name: &str,
+) -> Result<(), BootstrapError> {
+    use rcgen::PublicKeyData;
+    let bad = |why: &str| BootstrapError::Incompatible {
+        name: name.into(),
+        why: why.into(),
+    };
+    if existing.spec.signer_name != csr::SIGNER {
+        return Err(bad("another signer"));
+    }
+    let pem =
+        std::str::from_utf8(&existing.spec.request.0).map_err(|_| bad("its request is not PEM"))?;
+    let params = rcgen::CertificateSigningRequestParams::from_pem(pem)
+        .map_err(|_| bad("its request does not parse"))?;
+    if params.public_key.der_bytes() != key.der_bytes() {
+        return Err(bad("another key"));
+    }
+    Ok(())
+}
