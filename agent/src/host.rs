@@ -149,13 +149,7 @@ mod tests {
     const CL: &str = "NAME=\"Container Linux by CoreOS\"\nID=coreos\nVERSION=2512.3.0\nVERSION_ID=2512.3.0\nPRETTY_NAME=\"Container Linux by CoreOS 2512.3.0 (Oklo)\"\n";
     const DEBIAN: &str = "PRETTY_NAME=\"Debian GNU/Linux 12 (bookworm)\"\nNAME=\"Debian GNU/Linux\"\nVERSION_ID=\"12\"\nID=debian\n";
 
-    fn root_with(path: &str, text: &str) -> (tempfile::TempDir, Root) {
-        let d = tempfile::tempdir().unwrap();
-        let r = Root::new(d.path());
-        std::fs::create_dir_all(r.path(path).parent().unwrap()).unwrap();
-        std::fs::write(r.path(path), text).unwrap();
-        (d, r)
-    }
+    use crate::root::scratch_with as root_with;
 
     #[test]
     fn classifies_fcos_flatcar_and_generic() {

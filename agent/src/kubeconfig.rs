@@ -159,13 +159,7 @@ mod tests {
         )
     }
 
-    fn root_with(path: &str, text: &str) -> (tempfile::TempDir, Root) {
-        let d = tempfile::tempdir().unwrap();
-        let r = Root::new(d.path());
-        std::fs::create_dir_all(r.path(path).parent().unwrap()).unwrap();
-        std::fs::write(r.path(path), text).unwrap();
-        (d, r)
-    }
+    use crate::root::scratch_with as root_with;
 
     #[test]
     fn reads_typhoons_nameless_context() {

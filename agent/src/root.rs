@@ -30,6 +30,16 @@ impl Root {
     }
 }
 
+/// A scratch root holding one file (tests).
+#[cfg(test)]
+pub(crate) fn scratch_with(node_path: &str, text: &str) -> (tempfile::TempDir, Root) {
+    let d = tempfile::tempdir().unwrap();
+    let r = Root::new(d.path());
+    std::fs::create_dir_all(r.path(node_path).parent().unwrap()).unwrap();
+    std::fs::write(r.path(node_path), text).unwrap();
+    (d, r)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

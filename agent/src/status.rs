@@ -220,35 +220,25 @@ impl Status {
 /// The step table: one line a step with its state and detail.
 pub fn render_steps(steps: &[crate::engine::StepReport]) -> String {
     let mut o = String::new();
-    {
-        {
-            let _ = writeln!(o, "Steps:");
-            let w = steps.iter().map(|s| s.id.len()).max().unwrap_or(0);
-            for s in steps {
-                let (mark, text) = match &s.state {
-                    StepState::Converged { detail } => ("✓", detail.clone()),
-                    StepState::Applied { changes } => {
-                        ("✓", format!("applied {} change(s)", changes.len()))
-                    }
-                    StepState::Pending { changes } => (
-                        "→",
-                        changes
-                            .iter()
-                            .map(|c| c.what.clone())
-                            .collect::<Vec<_>>()
-                            .join("; "),
-                    ),
-                    StepState::Waiting { waiting_for } => {
-                        ("…", format!("waiting for {waiting_for}"))
-                    }
-                    StepState::Blocked { blocked_by } => {
-                        ("·", format!("after {}", blocked_by.join(", ")))
-                    }
-                    StepState::Failed { error } => ("✗", error.clone()),
-                };
-                let _ = writeln!(o, "  {mark} {:w$}  {:9}  {text}", s.id, s.state.name());
-            }
-        }
+    let _ = writeln!(o, "Steps:");
+    let w = steps.iter().map(|s| s.id.len()).max().unwrap_or(0);
+    for s in steps {
+        let (mark, text) = match &s.state {
+            StepState::Converged { detail } => ("✓", detail.clone()),
+            StepState::Applied { changes } => ("✓", format!("applied {} change(s)", changes.len())),
+            StepState::Pending { changes } => (
+                "→",
+                changes
+                    .iter()
+                    .map(|c| c.what.clone())
+                    .collect::<Vec<_>>()
+                    .join("; "),
+            ),
+            StepState::Waiting { waiting_for } => ("…", format!("waiting for {waiting_for}")),
+            StepState::Blocked { blocked_by } => ("·", format!("after {}", blocked_by.join(", "))),
+            StepState::Failed { error } => ("✗", error.clone()),
+        };
+        let _ = writeln!(o, "  {mark} {:w$}  {:9}  {text}", s.id, s.state.name());
     }
     o
 }

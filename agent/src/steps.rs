@@ -359,7 +359,10 @@ impl Step for KubeletUnit {
         async move {
             let set = Self::set(cx);
             let marker = cx.root.path(RESTART_MARKER);
-            let was_up = kubelet_is_up(&cx.systemd.state(kubelet::KUBELET_UNIT).await?.active);
+            // One read decides everything below: writing files and reloading neither stop
+            // kubelet nor disable its unit file.
+            let before = cx.systemd.state(kubelet::KUBELET_UNIT).await?;
+            let was_up = kubelet_is_up(&before.active);
             let pending = !set.changes(cx)?.is_empty();
             if pending && was_up {
                 cx.writer()
@@ -369,7 +372,7 @@ impl Step for KubeletUnit {
             let changed = !set.apply(cx)?.is_empty();
             // EnableUnitFiles reads unit files from disk: enable first, then one reload covers
             // both the new files and the new symlinks.
-            let enable = cx.systemd.state(kubelet::KUBELET_UNIT).await?.unit_file != "enabled";
+            let enable = before.unit_file != "enabled";
             if enable {
                 cx.systemd
                     .enable(&[kubelet::KUBELET_UNIT.to_string()])
@@ -381,7 +384,7 @@ impl Step for KubeletUnit {
             if marker.exists() {
                 // Restart only a running kubelet: a stopped one is started by kubelet-running,
                 // after everything it depends on.
-                if kubelet_is_up(&cx.systemd.state(kubelet::KUBELET_UNIT).await?.active) {
+                if was_up {
                     tracing::info!(
                         unit = kubelet::KUBELET_UNIT,
                         "restarting: definition changed"
