@@ -2,14 +2,12 @@
 //! round trip (target <= 50 ms), not after a poll interval. Alone in its test binary so that no
 //! parallel test skews the measurement.
 
-use std::path::Path;
+mod common;
+
 use std::time::{Duration, Instant};
 
-use nodectl::bootstrap::Bootstrap;
-use nodectl::fsio::Writer;
-use nodectl::root::Root;
+use common::{bootstrap, node, TOKEN};
 use nodectl_apiserver_double::{Approval, Double, Options};
-use nodectl_selinux::{HostSelinux, Labeler, Mode};
 
 #[tokio::test]
 async fn approval_to_credentials_within_50ms() {
@@ -19,33 +17,8 @@ async fn approval_to_credentials_within_50ms() {
     })
     .await
     .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let root = Root::new(dir.path());
-    std::fs::create_dir_all(root.path("/etc/kubernetes")).unwrap();
-    std::fs::write(
-        root.path("/etc/kubernetes/kubeconfig"),
-        double.bootstrap_kubeconfig("abcdef.0123456789abcdef"),
-    )
-    .unwrap();
-    let labeler = Labeler::new(
-        root.dir(),
-        &HostSelinux {
-            mode: Mode::Absent,
-            mls: false,
-            policy: None,
-        },
-    );
-    let w = Writer::new(&root, &labeler);
-    let issued = Bootstrap {
-        writer: &w,
-        node_name: "worker-1",
-        bootstrap_kubeconfig: Path::new("/etc/kubernetes/kubeconfig"),
-        kubeconfig: Path::new("/var/lib/kubelet/kubeconfig"),
-        wait: Duration::from_secs(20),
-    }
-    .run()
-    .await
-    .unwrap();
+    let n = node(&double.bootstrap_kubeconfig(TOKEN));
+    let issued = bootstrap(&n, Duration::from_secs(20)).await.unwrap();
     let written = Instant::now();
     let signed = double.signed_at(&issued.request).unwrap();
     let latency = written.duration_since(signed);

@@ -1,85 +1,24 @@
 //! nodectld's TLS bootstrap (agent/src/bootstrap.rs) against the double, on a scratch root.
 
+mod common;
+
 use std::path::Path;
 use std::time::Duration;
 
 use base64::Engine as _;
-use nodectl::bootstrap::{Bootstrap, BootstrapError};
-use nodectl::fsio::Writer;
-use nodectl::root::Root;
+use common::{bootstrap, client_for, node, who_am_i, Node, TOKEN};
+use nodectl::bootstrap::BootstrapError;
 use nodectl_apiserver_double::{Approval, Double, Options};
-use nodectl_selinux::{HostSelinux, Labeler, Mode};
-
-const TOKEN: &str = "abcdef.0123456789abcdef";
-
-struct Node {
-    _dir: tempfile::TempDir,
-    root: Root,
-    labeler: Labeler,
-}
-
-fn node(bootstrap_kubeconfig: &str) -> Node {
-    let dir = tempfile::tempdir().unwrap();
-    let root = Root::new(dir.path());
-    std::fs::create_dir_all(root.path("/etc/kubernetes")).unwrap();
-    std::fs::write(
-        root.path("/etc/kubernetes/kubeconfig"),
-        bootstrap_kubeconfig,
-    )
-    .unwrap();
-    let labeler = Labeler::new(
-        root.dir(),
-        &HostSelinux {
-            mode: Mode::Absent,
-            mls: false,
-            policy: None,
-        },
-    );
-    Node {
-        _dir: dir,
-        root,
-        labeler,
-    }
-}
-
-async fn bootstrap(n: &Node, wait: Duration) -> Result<nodectl::bootstrap::Issued, BootstrapError> {
-    let w = Writer::new(&n.root, &n.labeler);
-    Bootstrap {
-        writer: &w,
-        node_name: "worker-1",
-        bootstrap_kubeconfig: Path::new("/etc/kubernetes/kubeconfig"),
-        kubeconfig: Path::new("/var/lib/kubelet/kubeconfig"),
-        wait,
-    }
-    .run()
-    .await
-}
 
 /// Who the double says the written node kubeconfig authenticates as.
 async fn whoami(n: &Node) -> serde_json::Value {
     let text = std::fs::read_to_string(n.root.path("/var/lib/kubelet/kubeconfig")).unwrap();
-    // The kubeconfig names node paths; under a scratch root they live below it.
-    // (and `-current.pem` links to a node path): point it at the real file below the root.
+    // The kubeconfig names node paths (and `-current.pem` links to a node path): point it at
+    // the real file below the scratch root.
     let current = "/var/lib/kubelet/pki/kubelet-client-current.pem";
     let target = std::fs::read_link(n.root.path(current)).unwrap();
     let text = text.replace(current, &n.root.path(&target).display().to_string());
-    let kc = nodectl::kubeconfig::parse(&text, Path::new("kubeconfig")).unwrap();
-    let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
-        .await
-        .unwrap();
-    let client = kube::Client::try_from(cfg).unwrap();
-    client
-        .request(
-            http::Request::post("/apis/authentication.k8s.io/v1/selfsubjectreviews")
-                .header("content-type", "application/json")
-                .body(
-                    b"{\"apiVersion\":\"authentication.k8s.io/v1\",\"kind\":\"SelfSubjectReview\"}"
-                        .to_vec(),
-                )
-                .unwrap(),
-        )
-        .await
-        .unwrap()
+    who_am_i(&client_for(&text).await).await
 }
 
 fn mode(p: &Path) -> u32 {

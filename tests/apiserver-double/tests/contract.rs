@@ -2,27 +2,17 @@
 //! CSR create/get/watch, AlreadyExists, NotFound, 401, auto-approval and signing, and the issued
 //! certificate authenticating as the node.
 
+mod common;
+
 use std::time::Duration;
 
+use common::{client_for, who_am_i};
 use futures_util::{StreamExt, TryStreamExt};
 use k8s_openapi::api::certificates::v1::{
     CertificateSigningRequest, CertificateSigningRequestSpec,
 };
 use kube::api::{Api, PostParams, WatchEvent, WatchParams};
 use nodectl_apiserver_double::{Approval, Double, Options};
-
-async fn client_for(kubeconfig: &str) -> kube::Client {
-    let kc = nodectl::kubeconfig::parse(kubeconfig, std::path::Path::new("kubeconfig")).unwrap();
-    let context = kc.contexts.first().map(|c| c.name.clone());
-    let opts = kube::config::KubeConfigOptions {
-        context,
-        ..Default::default()
-    };
-    let cfg = kube::Config::from_custom_kubeconfig(kc, &opts)
-        .await
-        .unwrap();
-    kube::Client::try_from(cfg).unwrap()
-}
 
 fn csr_object(key: &rcgen::KeyPair, node: &str) -> CertificateSigningRequest {
     let mut csr = CertificateSigningRequest::default();
@@ -93,18 +83,7 @@ async fn bootstrap_token_csr_watch_approval_and_node_identity() {
         p.to_str().unwrap(),
     );
     let node = client_for(&kubeconfig).await;
-    let review: serde_json::Value = node
-        .request(
-            http::Request::post("/apis/authentication.k8s.io/v1/selfsubjectreviews")
-                .header("content-type", "application/json")
-                .body(
-                    b"{\"apiVersion\":\"authentication.k8s.io/v1\",\"kind\":\"SelfSubjectReview\"}"
-                        .to_vec(),
-                )
-                .unwrap(),
-        )
-        .await
-        .unwrap();
+    let review = who_am_i(&node).await;
     assert_eq!(
         review["status"]["userInfo"]["username"],
         "system:node:worker-1"
