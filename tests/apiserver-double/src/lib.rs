@@ -4,7 +4,11 @@
 //! What it does as upstream does:
 //! - authentication: bootstrap tokens (`Authorization: Bearer <id>.<secret>` ->
 //!   `system:bootstrap:<id>` in `system:bootstrappers`), client certificates signed by its CA
-//!   (CN -> user, O -> groups); `system:authenticated` for both; 401 otherwise;
+//!   (CN -> user, O -> groups); `system:authenticated` for both; 401 otherwise. As upstream, the
+//!   TLS handshake accepts any client certificate and the authenticator verifies it (chain and
+//!   validity), so an expired or foreign certificate gets a 401 `Status`, not a TLS alert;
+//! - revocation ([`Double::revoke`]) stands in for what makes a real apiserver refuse a node's
+//!   certificate (expiry, a rotated client CA, an authenticating webhook): 401 from then on;
 //! - authorization as Typhoon's RBAC has it: bootstrappers create/get/list/watch CSRs (nodeclient),
 //!   nodes create/get/list/watch CSRs (selfnodeclient); 403 otherwise;
 //! - `certificates.k8s.io/v1` CertificateSigningRequests: create (409 AlreadyExists on a taken
@@ -93,10 +97,16 @@ struct State {
     received: Vec<Value>,
     /// When each request's certificate was issued.
     signed: BTreeMap<String, std::time::Instant>,
+    /// (CN, serial) of every certificate issued.
+    issued: Vec<(String, Vec<u8>)>,
 }
 
 struct Inner {
     opts: Mutex<Options>,
+    /// Verifies client certificates after the handshake (chain to the CA, validity).
+    client_verifier: Arc<dyn rustls::server::danger::ClientCertVerifier>,
+    /// Serial numbers of revoked certificates.
+    revoked: Mutex<Vec<Vec<u8>>>,
     state: Mutex<State>,
     events: broadcast::Sender<Event>,
     /// Bumped to close every open watch (a dropped connection mid-wait).
@@ -162,16 +172,27 @@ impl Double {
             rcgen::KeyUsagePurpose::DigitalSignature,
         ];
         let ca_cert = ca_params.self_signed(&ca_key)?;
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(ca_cert.der().clone())?;
+        let client_verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+            Arc::new(roots),
+            Arc::new(rustls::crypto::ring::default_provider()),
+        )
+        .allow_unauthenticated()
+        .build()?;
         let (events, _) = broadcast::channel(1024);
         let (drop_watches, _) = broadcast::channel(16);
         let inner = Arc::new(Inner {
             opts: Mutex::new(opts),
+            client_verifier: client_verifier.clone(),
+            revoked: Mutex::new(Vec::new()),
             state: Mutex::new(State {
                 rv: 1,
                 csrs: BTreeMap::new(),
                 log: Vec::new(),
                 received: Vec::new(),
                 signed: BTreeMap::new(),
+                issued: Vec::new(),
             }),
             events,
             drop_watches,
@@ -187,14 +208,7 @@ impl Double {
             .push(rcgen::DnType::CommonName, "kube-apiserver");
         let issuer = rcgen::Issuer::from_params(&inner.ca_params, &inner.ca_key);
         let srv_cert = srv.signed_by(&srv_key, &issuer)?;
-        let mut roots = rustls::RootCertStore::empty();
-        roots.add(ca_cert.der().clone())?;
-        let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
-            Arc::new(roots),
-            Arc::new(rustls::crypto::ring::default_provider()),
-        )
-        .allow_unauthenticated()
-        .build()?;
+        let verifier = Arc::new(RequestClientCert(client_verifier));
         let tls = rustls::ServerConfig::builder_with_provider(Arc::new(
             rustls::crypto::ring::default_provider(),
         ))
@@ -286,6 +300,28 @@ impl Double {
             .copied()
     }
 
+    /// Refuses, from now on, every certificate issued so far to `user` (CN): 401 as for an
+    /// unknown certificate. Certificates issued later are accepted.
+    pub fn revoke(&self, user: &str) {
+        let serials: Vec<Vec<u8>> = self
+            .inner
+            .state
+            .lock()
+            .expect("state")
+            .issued
+            .iter()
+            .filter(|(cn, _)| cn == user)
+            .map(|(_, s)| s.clone())
+            .collect();
+        self.inner.revoked.lock().expect("revoked").extend(serials);
+    }
+
+    /// One line per CSR change from now on (`ADDED <name> by <user>`, `MODIFIED <name>
+    /// Approved issued`), for a process log.
+    pub fn events(&self) -> EventLines {
+        EventLines(self.inner.events.subscribe())
+    }
+
     /// Closes every open watch stream, as a dropped connection would.
     pub fn drop_watches(&self) {
         let _ = self.inner.drop_watches.send(());
@@ -319,7 +355,22 @@ fn authenticate(inner: &Inner, peer: Option<&[u8]>, req: &Request<Incoming>) -> 
         });
     }
     let der = peer?;
+    // Chain to the CA and validity now, as the apiserver's x509 authenticator checks them.
+    let end = rustls::pki_types::CertificateDer::from(der);
+    inner
+        .client_verifier
+        .verify_client_cert(&end, &[], rustls::pki_types::UnixTime::now())
+        .ok()?;
     let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
+    if inner
+        .revoked
+        .lock()
+        .expect("revoked")
+        .iter()
+        .any(|s| s.as_slice() == cert.raw_serial())
+    {
+        return None;
+    }
     let cn = cert
         .subject()
         .iter_common_name()
@@ -657,7 +708,17 @@ fn approve_and_sign(
     params.params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
     let issuer = rcgen::Issuer::from_params(&inner.ca_params, &inner.ca_key);
     let cert = params.signed_by(&issuer)?;
+    let (_, parsed) = x509_parser::parse_x509_certificate(cert.der())?;
+    let cn = parsed
+        .subject()
+        .iter_common_name()
+        .next()
+        .and_then(|c| c.as_str().ok())
+        .unwrap_or_default()
+        .to_string();
+    let serial = parsed.raw_serial().to_vec();
     modify(inner, name, |csr, st| {
+        st.issued.push((cn, serial));
         csr["status"]["certificate"] =
             json!(base64::engine::general_purpose::STANDARD.encode(cert.pem()));
         // Just before the event is published: a latency measured from here is not flattered.
@@ -750,4 +811,73 @@ fn tokio_stream_from<T: Send + 'static>(
     mut rx: tokio::sync::mpsc::Receiver<T>,
 ) -> impl futures_util::Stream<Item = T> {
     futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx))
+}
+
+pub struct EventLines(broadcast::Receiver<Event>);
+
+impl EventLines {
+    pub async fn recv(&mut self) -> Result<String, broadcast::error::RecvError> {
+        let ev = self.0.recv().await?;
+        let o = &ev.object;
+        let conditions: Vec<&str> = o["status"]["conditions"]
+            .as_array()
+            .map(|c| c.iter().filter_map(|c| c["type"].as_str()).collect())
+            .unwrap_or_default();
+        Ok(format!(
+            "{} {} by {} conditions=[{}]{}",
+            ev.kind,
+            o["metadata"]["name"].as_str().unwrap_or("?"),
+            o["spec"]["username"].as_str().unwrap_or("?"),
+            conditions.join(","),
+            if o["status"]["certificate"].is_string() {
+                " issued"
+            } else {
+                ""
+            }
+        ))
+    }
+}
+
+/// The handshake half of upstream's `tls.RequestClientCert`: any presented certificate is taken
+/// (its handshake signature is still verified), and the authenticator judges it afterwards.
+#[derive(Debug)]
+struct RequestClientCert(Arc<dyn rustls::server::danger::ClientCertVerifier>);
+
+impl rustls::server::danger::ClientCertVerifier for RequestClientCert {
+    fn offer_client_auth(&self) -> bool {
+        true
+    }
+    fn client_auth_mandatory(&self) -> bool {
+        false
+    }
+    fn root_hint_subjects(&self) -> &[rustls::DistinguishedName] {
+        self.0.root_hint_subjects()
+    }
+    fn verify_client_cert(
+        &self,
+        _end_entity: &rustls::pki_types::CertificateDer<'_>,
+        _intermediates: &[rustls::pki_types::CertificateDer<'_>],
+        _now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::server::danger::ClientCertVerified, rustls::Error> {
+        Ok(rustls::server::danger::ClientCertVerified::assertion())
+    }
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        self.0.verify_tls12_signature(message, cert, dss)
+    }
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        self.0.verify_tls13_signature(message, cert, dss)
+    }
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.supported_verify_schemes()
+    }
 }

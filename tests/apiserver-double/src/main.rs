@@ -1,0 +1,76 @@
+//! `nodectl-apiserver-double`: the API double as a process, for the demo and the VM tier (it
+//! runs inside the VM on loopback). Writes a bootstrap kubeconfig in Typhoon's form for its CA
+//! and token, then serves until SIGTERM, printing one line per CSR it sees change.
+
+use std::time::Duration;
+
+use anyhow::{bail, Context as _};
+use clap::Parser;
+use nodectl_apiserver_double::{Approval, Double, Options};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "nodectl-apiserver-double",
+    about = "kube-apiserver double for tests"
+)]
+struct Args {
+    #[arg(long, default_value = "127.0.0.1:6443")]
+    listen: std::net::SocketAddr,
+    /// Bootstrap token `<id>.<secret>` (repeatable).
+    #[arg(long = "token", required = true)]
+    tokens: Vec<String>,
+    /// How long issued certificates are valid, in seconds (Typhoon: 72h = 259200).
+    #[arg(long, default_value_t = 259_200)]
+    signing_seconds: u64,
+    /// auto | after:<seconds> | manual | deny:<message> | fail:<message>
+    #[arg(long, default_value = "auto")]
+    approval: String,
+    /// Write a bootstrap kubeconfig (first token) here once listening.
+    #[arg(long)]
+    write_bootstrap_kubeconfig: Option<std::path::PathBuf>,
+}
+
+fn approval(s: &str) -> anyhow::Result<Approval> {
+    Ok(match s.split_once(':') {
+        None if s == "auto" => Approval::Auto,
+        None if s == "manual" => Approval::Manual,
+        Some(("after", n)) => Approval::After(Duration::from_secs(
+            n.parse().context("--approval after:<seconds>")?,
+        )),
+        Some(("deny", m)) => Approval::Deny(m.into()),
+        Some(("fail", m)) => Approval::Fail(m.into()),
+        _ => bail!("--approval {s}: expected auto, after:<s>, manual, deny:<msg> or fail:<msg>"),
+    })
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let opts = Options {
+        bootstrap_tokens: args.tokens.clone(),
+        signing_duration: Duration::from_secs(args.signing_seconds),
+        approval: approval(&args.approval)?,
+    };
+    let double = Double::start_on(args.listen, opts).await?;
+    if let Some(p) = &args.write_bootstrap_kubeconfig {
+        let tmp = p.with_extension("tmp");
+        std::fs::write(&tmp, double.bootstrap_kubeconfig(&args.tokens[0]))
+            .with_context(|| tmp.display().to_string())?;
+        std::fs::rename(&tmp, p).with_context(|| p.display().to_string())?;
+    }
+    println!("listening on {}", double.url());
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut events = double.events();
+    loop {
+        tokio::select! {
+            _ = term.recv() => break,
+            _ = tokio::signal::ctrl_c() => break,
+            line = events.recv() => match line {
+                Ok(l) => println!("{l}"),
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                Err(_) => break,
+            },
+        }
+    }
+    Ok(())
+}
