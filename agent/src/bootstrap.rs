@@ -1,9 +1,10 @@
 //! Kubelet TLS bootstrap, as kubelet does it (`pkg/kubelet/certificate/bootstrap`): with the
 //! bootstrap kubeconfig's token, request a node client certificate and wait for it by watch; then
-//! write the node's credentials and the kubeconfig kubelet uses. The server is always verified
-//! against the cluster CA from the bootstrap kubeconfig; there is no insecure mode.
+//! write the node's credentials and the kubeconfig kubelet uses. Rotation is the same request
+//! made with the node's own certificate and a fresh key. The server is always verified against
+//! the cluster CA of the kubeconfig used; there is no insecure mode.
 //!
-//! Not yet wired into the engine (issue 5 continues): tested against the API double.
+//! The `kubelet-credentials` step ([`crate::kubelet_credentials`]) runs this in the background.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
@@ -30,6 +31,9 @@ pub enum BootstrapError {
     Incompatible { name: String, why: String },
     #[error("the API server at {server}: {message}")]
     Api { server: String, message: String },
+    /// 401: the server does not accept these credentials (expired, revoked, unknown token).
+    #[error("the API server at {server} refused the {via} (401 Unauthorized)")]
+    Unauthorized { server: String, via: Via },
     #[error("certificate request {name} not approved and issued within {secs}s")]
     Timeout { name: String, secs: u64 },
     #[error("{0}")]
@@ -45,44 +49,90 @@ pub struct Issued {
     pub credentials: PathBuf,
 }
 
+/// Which credentials make the request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Via {
+    /// The bootstrap kubeconfig's token (a node without a valid certificate of its own).
+    BootstrapToken,
+    /// The node's current certificate, from the node kubeconfig (rotation).
+    NodeCertificate,
+}
+
+impl std::fmt::Display for Via {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Via::BootstrapToken => "bootstrap token",
+            Via::NodeCertificate => "node's client certificate",
+        })
+    }
+}
+
 pub struct Bootstrap<'a> {
     pub writer: &'a Writer<'a>,
+    pub via: Via,
     pub node_name: &'a str,
     /// Node paths.
     pub bootstrap_kubeconfig: &'a Path,
     pub kubeconfig: &'a Path,
     /// How long to wait for approval and issuance (kubelet: an hour).
     pub wait: Duration,
+    /// Called with the request's name once it is created (or found), before the wait.
+    pub on_request: Option<&'a (dyn Fn(&str) + Send + Sync)>,
 }
 
-fn api_err(server: &str) -> impl Fn(kube::Error) -> BootstrapError + '_ {
-    move |e| BootstrapError::Api {
-        server: server.to_string(),
-        message: e.to_string(),
+fn api_err(server: &str, via: Via) -> impl Fn(kube::Error) -> BootstrapError + '_ {
+    move |e| match e {
+        kube::Error::Api(s) if s.code == 401 => BootstrapError::Unauthorized {
+            server: server.to_string(),
+            via,
+        },
+        e => BootstrapError::Api {
+            server: server.to_string(),
+            message: e.to_string(),
+        },
     }
 }
 
 impl Bootstrap<'_> {
-    /// A client from the bootstrap kubeconfig (its cluster CA is the only trust root).
+    /// A client from the bootstrap kubeconfig or the node kubeconfig (its cluster CA is the
+    /// only trust root).
     async fn client(&self) -> Result<(kube::Client, String, Vec<u8>), BootstrapError> {
         let root = self.writer.root();
-        let real = root.path(self.bootstrap_kubeconfig);
-        let text = std::fs::read_to_string(&real).map_err(|e| {
-            BootstrapError::Config(format!("{}: {e}", self.bootstrap_kubeconfig.display()))
-        })?;
-        let kc = crate::kubeconfig::parse(&text, self.bootstrap_kubeconfig)
+        let path = match self.via {
+            Via::BootstrapToken => self.bootstrap_kubeconfig,
+            Via::NodeCertificate => self.kubeconfig,
+        };
+        let config =
+            |e: &dyn std::fmt::Display| BootstrapError::Config(format!("{}: {e}", path.display()));
+        let text = std::fs::read_to_string(root.path(path)).map_err(|e| config(&e))?;
+        let mut kc = crate::kubeconfig::parse(&text, path)
             .map_err(|e| BootstrapError::Config(e.to_string()))?;
-        let ca = crate::kubeconfig::cluster_ca(root, self.bootstrap_kubeconfig)
+        let ca = crate::kubeconfig::cluster_ca(root, path)
             .map_err(|e| BootstrapError::Config(e.to_string()))?;
-        let server = crate::kubeconfig::cluster(&kc, self.bootstrap_kubeconfig)
+        let server = crate::kubeconfig::cluster(&kc, path)
             .ok()
             .and_then(|c| c.cluster.as_ref().and_then(|c| c.server.clone()))
-            .ok_or_else(|| {
-                BootstrapError::Config(format!(
-                    "{}: the cluster has no server",
-                    self.bootstrap_kubeconfig.display()
-                ))
-            })?;
+            .ok_or_else(|| config(&"the cluster has no server"))?;
+        // Certificate and key files are node paths: read them through the root, hand them to
+        // the client as data.
+        for user in kc
+            .auth_infos
+            .iter_mut()
+            .filter_map(|a| a.auth_info.as_mut())
+        {
+            use base64::Engine as _;
+            let b64 = |p: &str| -> Result<String, BootstrapError> {
+                let bytes =
+                    std::fs::read(root.path(p)).map_err(|e| config(&format!("{p}: {e}")))?;
+                Ok(base64::engine::general_purpose::STANDARD.encode(bytes))
+            };
+            if let Some(p) = user.client_certificate.take() {
+                user.client_certificate_data = Some(b64(&p)?);
+            }
+            if let Some(p) = user.client_key.take() {
+                user.client_key_data = Some(b64(&p)?.into());
+            }
+        }
         let context = kc
             .current_context
             .clone()
@@ -96,7 +146,7 @@ impl Bootstrap<'_> {
             .map_err(|e| {
                 BootstrapError::Config(format!("{}: {e}", self.bootstrap_kubeconfig.display()))
             })?;
-        let client = kube::Client::try_from(cfg).map_err(api_err(&server))?;
+        let client = kube::Client::try_from(cfg).map_err(api_err(&server, self.via))?;
         Ok((client, server, ca))
     }
 
@@ -122,13 +172,26 @@ impl Bootstrap<'_> {
             Ok(_) => tracing::info!(request = %name, "certificate request created"),
             Err(kube::Error::Api(s)) if s.code == 409 => {
                 // Ours from before a restart (same key, so same name)? Then wait for it.
-                let existing = api.get(&name).await.map_err(api_err(&server))?;
+                let existing = api.get(&name).await.map_err(api_err(&server, self.via))?;
                 ensure_ours(&existing, &key, &name)?;
                 tracing::info!(request = %name, "reusing the certificate request made before a restart");
             }
-            Err(e) => return Err(api_err(&server)(e)),
+            Err(e) => return Err(api_err(&server, self.via)(e)),
         }
-        let chain = self.wait_for(&api, &name, &server).await?;
+        if let Some(f) = self.on_request {
+            f(&name);
+        }
+        let chain = match self.wait_for(&api, &name, &server).await {
+            Ok(c) => c,
+            Err(e @ (BootstrapError::Denied { .. } | BootstrapError::Failed { .. })) => {
+                // That key's request is settled: a retry needs a new key (and so a new name).
+                self.writer
+                    .remove(&Path::new(credentials::CERT_DIR).join(credentials::PENDING_KEY))
+                    .map_err(|e| BootstrapError::Local(e.to_string()))?;
+                return Err(e);
+            }
+            Err(e) => return Err(e),
+        };
         let validity = credentials::validity(&chain).map_err(local)?;
         let current =
             credentials::store(self.writer, &chain, &key.serialize_pem(), SystemTime::now())
@@ -166,7 +229,10 @@ impl Bootstrap<'_> {
                 .fields(&fields)
                 .timeout(left.as_secs().clamp(1, 290) as u32);
             // "0": the current state first (it may be issued already), then changes.
-            let stream = api.watch(&wp, "0").await.map_err(api_err(server))?;
+            let stream = api
+                .watch(&wp, "0")
+                .await
+                .map_err(api_err(server, self.via))?;
             let mut stream = stream.boxed();
             while let Some(ev) = tokio::time::timeout(left, stream.try_next())
                 .await
@@ -174,7 +240,7 @@ impl Bootstrap<'_> {
                     name: name.into(),
                     secs: self.wait.as_secs(),
                 })?
-                .map_err(api_err(server))?
+                .map_err(api_err(server, self.via))?
             {
                 let csr = match ev {
                     WatchEvent::Added(c) | WatchEvent::Modified(c) => c,

@@ -107,7 +107,11 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
             })
         }
         Command::Apply { json } => {
-            let cx = cx_for(&root).await?;
+            let mut cx = cx_for(&root).await?;
+            // An operator asked: retry what a daemon would leave to a backoff, and see a
+            // certificate request through (this process is gone after the pass).
+            cx.forced = true;
+            cx.inline_wait = crate::kubelet_credentials::APPROVAL_WAIT;
             let report = steps::engine().apply(&cx).await;
             if json {
                 println!("{}", serde_json::to_string_pretty(&report)?);
@@ -212,6 +216,7 @@ async fn status_from_disk(root: &Root, why: String) -> Status {
         }
     };
     st.settings = Some(settings.clone());
+    st.credentials = status::Credentials::read(root);
     match systemd_for(root).await {
         Ok(sd) => {
             let cx = Cx::new(root.clone(), host, settings, sd);

@@ -8,12 +8,23 @@ use crate::fsio::Writer;
 use crate::host::Host;
 use crate::root::Root;
 
+pub type Waker = std::sync::Arc<dyn Fn() + Send + Sync>;
+
 pub struct Cx {
     pub root: Root,
     pub host: Host,
     pub settings: Settings,
     pub labeler: Labeler,
     pub systemd: Systemd,
+    /// The pass was asked for by an operator (`nodectl converge`, SIGHUP, `nodectl apply`):
+    /// steps retry now what they would otherwise leave to a backoff.
+    pub forced: bool,
+    /// When this pass began.
+    pub started: std::time::SystemTime,
+    /// How long a step may wait within the pass for work it started in the background.
+    pub inline_wait: std::time::Duration,
+    /// Wakes the daemon for another pass (background work that ended); none outside the daemon.
+    pub waker: Option<Waker>,
     /// Set by a step that waits for something to settle (a bundle still being written): the
     /// daemon runs another pass after this long even without an event.
     recheck: std::sync::Mutex<Option<std::time::Duration>>,
@@ -28,6 +39,10 @@ impl Cx {
             settings,
             labeler,
             systemd,
+            forced: false,
+            started: std::time::SystemTime::now(),
+            inline_wait: std::time::Duration::from_secs(5),
+            waker: None,
             recheck: std::sync::Mutex::new(None),
         }
     }

@@ -96,7 +96,7 @@ pub fn pending_key(w: &Writer) -> anyhow::Result<(rcgen::KeyPair, bool)> {
     }
 }
 
-fn stamp(t: SystemTime) -> String {
+pub(crate) fn stamp(t: SystemTime) -> String {
     let secs = t.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs() as i64;
     let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
     // Civil date from days since the epoch (Howard Hinnant's algorithm).

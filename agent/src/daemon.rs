@@ -178,7 +178,12 @@ async fn pass(
             format!("waiting for a valid config: {msg}")
         }
         Ok((host, settings)) => {
-            let cx = Cx::new(root.clone(), host, settings, systemd.clone());
+            let mut cx = Cx::new(root.clone(), host, settings, systemd.clone());
+            cx.forced = matches!(trigger, Trigger::Sighup | Trigger::Dbus);
+            let wake = shared.wake.clone();
+            cx.waker = Some(Arc::new(move || {
+                let _ = wake.send(Trigger::Credentials);
+            }));
             let report = engine.apply(&cx).await;
             let line = Status::summary(&report);
             let applied: usize = report
@@ -211,6 +216,7 @@ async fn pass(
             st.settings = Some(cx.settings);
             st.set_report(&report);
             st.systemd_calls = calls;
+            st.credentials = status::Credentials::read(root);
             if let Some(k) = kubelet {
                 st.set_kubelet(k);
             }

@@ -22,6 +22,8 @@ pub enum Trigger {
     InputChange,
     Dbus,
     Resync,
+    /// A certificate request running in the background ended.
+    Credentials,
 }
 
 impl Trigger {
@@ -33,6 +35,7 @@ impl Trigger {
             Trigger::InputChange => "input-change",
             Trigger::Dbus => "dbus",
             Trigger::Resync => "resync",
+            Trigger::Credentials => "credentials",
         }
     }
 }

@@ -18,6 +18,7 @@ pub mod engine;
 pub mod fsio;
 pub mod host;
 pub mod kubeconfig;
+pub mod kubelet_credentials;
 pub mod load;
 pub mod logging;
 pub mod root;

@@ -31,6 +31,50 @@ pub struct Status {
     pub kubelet: Option<nodectl_units::systemd::UnitState>,
     /// The last failure seen (kept after kubelet recovered, so a flapping kubelet shows).
     pub kubelet_last_failure: Option<Failure>,
+    /// The node's client certificate (`/var/lib/kubelet/pki/kubelet-client-current.pem`).
+    pub credentials: Option<Credentials>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Credentials {
+    /// `system:node:<name>`.
+    pub subject: String,
+    /// RFC 3339, UTC.
+    pub not_before: String,
+    pub not_after: String,
+    /// When nodectld renews it (jittered 70-90% of its lifetime).
+    pub rotate_at: String,
+    /// Seconds until expiry (negative: expired).
+    pub expires_in_s: i64,
+}
+
+impl Credentials {
+    /// The node's certificate as on disk, if any.
+    pub fn read(root: &crate::root::Root) -> Option<Credentials> {
+        let h = crate::kubelet_credentials::read(root)?;
+        let now = std::time::SystemTime::now();
+        let secs = |t: std::time::SystemTime| match t.duration_since(now) {
+            Ok(d) => d.as_secs() as i64,
+            Err(e) => -(e.duration().as_secs() as i64),
+        };
+        Some(Credentials {
+            subject: h.subject,
+            not_before: rfc3339(h.validity.not_before),
+            not_after: rfc3339(h.validity.not_after),
+            rotate_at: rfc3339(h.rotate_at),
+            expires_in_s: secs(h.validity.not_after),
+        })
+    }
+}
+
+/// `71h 58m`, `12m 5s`, `-3m 2s` (expired).
+fn human_duration(secs: i64) -> String {
+    let (sign, s) = if secs < 0 { ("-", -secs) } else { ("", secs) };
+    if s >= 3600 {
+        format!("{sign}{}h {}m", s / 3600, s % 3600 / 60)
+    } else {
+        format!("{sign}{}m {}s", s / 60, s % 60)
+    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -82,6 +126,13 @@ impl HostStatus {
             labels_skipped_reason: labeler.skipped().map(|r| r.to_string()),
         }
     }
+}
+
+/// `2026-11-30T04:10:36Z` (UTC, seconds).
+pub fn rfc3339(t: std::time::SystemTime) -> String {
+    let s = crate::credentials::stamp(t);
+    // stamp: YYYY-MM-DD-HH-MM-SS
+    format!("{}T{}:{}:{}Z", &s[..10], &s[11..13], &s[14..16], &s[17..19])
 }
 
 impl Status {
@@ -208,6 +259,31 @@ impl Status {
                 let _ = write!(line, "; last failure {ago}s ago: {}", f.reason);
             }
             let _ = writeln!(o, "    Kubelet: {line}");
+        }
+        match &self.credentials {
+            Some(c) if c.expires_in_s > 0 => {
+                let _ = writeln!(
+                    o,
+                    "Credentials: {} valid until {} (in {}), renewal at {}",
+                    c.subject,
+                    c.not_after,
+                    human_duration(c.expires_in_s),
+                    c.rotate_at
+                );
+            }
+            Some(c) => {
+                let _ = writeln!(
+                    o,
+                    "Credentials: {} EXPIRED at {} ({} ago)",
+                    c.subject,
+                    c.not_after,
+                    human_duration(-c.expires_in_s)
+                );
+            }
+            None if self.settings.is_some() => {
+                let _ = writeln!(o, "Credentials: none yet (TLS bootstrap pending)");
+            }
+            None => {}
         }
         if !self.steps.is_empty() {
             o.push('\n');

@@ -3,8 +3,9 @@
 //! ```text
 //! node-files ──────────────────────────────┐
 //! kubelet-unit ────────────────────────────┤
-//! secrets ──> relabel ─────────────────────┼──> kubelet-running
-//! secrets ──> bootstrap-kubeconfig ──> kubelet-ca ┘
+//! secrets ──> relabel ─────────────────────┤
+//! secrets ──> bootstrap-kubeconfig ──> kubelet-ca ───────────┼──> kubelet-running
+//!             bootstrap-kubeconfig ──> kubelet-credentials ──┘
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -38,6 +39,7 @@ pub fn engine() -> Engine {
         Box::new(Relabel::default()),
         Box::new(BootstrapKubeconfig),
         Box::new(KubeletCa),
+        Box::new(crate::kubelet_credentials::KubeletCredentials::default()),
         Box::new(KubeletRunning),
     ])
     .expect("the built-in step graph is acyclic")
@@ -46,14 +48,14 @@ pub fn engine() -> Engine {
 /// A set of directories and files a step owns, plus files it removes when it wrote them.
 #[derive(Default)]
 pub(crate) struct FileSet {
-    dirs: Vec<DirSpec>,
-    files: Vec<FileSpec>,
+    pub(crate) dirs: Vec<DirSpec>,
+    pub(crate) files: Vec<FileSpec>,
     /// Files removed when present and carrying [`MANAGED_HEADER`] (never an operator's file).
-    remove_if_ours: Vec<PathBuf>,
+    pub(crate) remove_if_ours: Vec<PathBuf>,
 }
 
 impl FileSet {
-    fn changes(&self, cx: &Cx) -> anyhow::Result<Vec<Change>> {
+    pub(crate) fn changes(&self, cx: &Cx) -> anyhow::Result<Vec<Change>> {
         let w = cx.writer();
         let mut out = Vec::new();
         for d in &self.dirs {
@@ -92,7 +94,7 @@ impl FileSet {
     }
 
     /// Applies; returns the node paths of the files written or removed.
-    fn apply(&self, cx: &Cx) -> anyhow::Result<Vec<PathBuf>> {
+    pub(crate) fn apply(&self, cx: &Cx) -> anyhow::Result<Vec<PathBuf>> {
         let w = cx.writer();
         let mut changed = Vec::new();
         for d in &self.dirs {
@@ -270,8 +272,7 @@ impl KubeletUnit {
             },
             labels: s.labels.clone(),
             taints: s.taints.iter().map(|t| t.0.clone()).collect(),
-            bootstrap_kubeconfig: s.bootstrap_kubeconfig.display().to_string(),
-            kubeconfig: s.kubeconfig.display().to_string(),
+            env_file: crate::kubelet_credentials::KUBELET_ENV.into(),
             config: "/etc/kubernetes/kubelet.yaml".into(),
             // As Typhoon: relabel options where SELinux enforces (FCOS), none where it is only
             // permissive (Flatcar) or absent.
@@ -300,7 +301,7 @@ impl KubeletUnit {
     }
 }
 
-fn kubelet_is_up(active: &str) -> bool {
+pub(crate) fn kubelet_is_up(active: &str) -> bool {
     matches!(active, "active" | "activating" | "reloading")
 }
 
@@ -421,9 +422,27 @@ impl Step for BootstrapKubeconfig {
                     Observation::Converged(format!("{} present", p.display()))
                 }
                 Ok(_) => Observation::Waiting(format!("{} is empty or not a file", p.display())),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Observation::Waiting(
-                    format!("{} (placed by provisioning: Ignition or SSH)", p.display()),
-                ),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    // Removed after the node got its own certificate: not needed until that
+                    // certificate expires or is refused.
+                    let held = crate::kubelet_credentials::summary(&cx.writer());
+                    let now = std::time::SystemTime::now();
+                    match held {
+                        Some(h)
+                            if !h.validity.expired(now)
+                                && cx.root.path(&cx.settings.kubeconfig).is_file() =>
+                        {
+                            Observation::Converged(format!(
+                                "{} absent, not needed: the node holds its own certificate",
+                                p.display()
+                            ))
+                        }
+                        _ => Observation::Waiting(format!(
+                            "{} (placed by provisioning: Ignition or SSH)",
+                            p.display()
+                        )),
+                    }
+                }
                 Err(e) => return Err(e).with_context(|| real.display().to_string()),
             })
         }
@@ -439,8 +458,19 @@ impl Step for BootstrapKubeconfig {
 pub struct KubeletCa;
 
 impl KubeletCa {
+    /// The kubeconfig the CA comes from: the bootstrap kubeconfig, or once it was removed after
+    /// the node got its certificate, the node kubeconfig.
+    fn source(cx: &Cx) -> &Path {
+        let s = &cx.settings;
+        if !cx.root.path(&s.bootstrap_kubeconfig).exists() && cx.root.path(&s.kubeconfig).exists() {
+            &s.kubeconfig
+        } else {
+            &s.bootstrap_kubeconfig
+        }
+    }
+
     fn spec(cx: &Cx) -> anyhow::Result<FileSpec> {
-        let pem = crate::kubeconfig::cluster_ca(&cx.root, &cx.settings.bootstrap_kubeconfig)?;
+        let pem = crate::kubeconfig::cluster_ca(&cx.root, Self::source(cx))?;
         Ok(FileSpec {
             label: managed_label(cx, Path::new(KUBELET_CA)),
             ..FileSpec::new(KUBELET_CA, pem, 0o644)
@@ -468,7 +498,7 @@ impl Step for KubeletCa {
             Ok(if changes.is_empty() {
                 Observation::Converged(format!(
                     "{KUBELET_CA} matches {}",
-                    cx.settings.bootstrap_kubeconfig.display()
+                    Self::source(cx).display()
                 ))
             } else {
                 Observation::Changes(changes)
@@ -503,6 +533,7 @@ impl Step for KubeletRunning {
             "relabel",
             "bootstrap-kubeconfig",
             "kubelet-ca",
+            "kubelet-credentials",
         ]
     }
     fn observe<'a>(&'a self, cx: &'a Cx) -> BoxFuture<'a, anyhow::Result<Observation>> {
@@ -832,6 +863,7 @@ mod tests {
             Box::new(Relabel::default()),
             Box::new(BootstrapKubeconfig),
             Box::new(KubeletCa),
+            Box::new(crate::kubelet_credentials::KubeletCredentials::default()),
             Box::new(KubeletRunning),
         ];
         assert_eq!(

@@ -36,14 +36,14 @@ fn example_worker() -> String {
     .unwrap()
 }
 
-/// Typhoon's bootstrap kubeconfig (docs/examples/bootstrap-kubeconfig).
-fn bootstrap_kubeconfig() -> String {
-    std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../docs/examples/bootstrap-kubeconfig"
-    ))
-    .unwrap()
+/// A kube-apiserver double on loopback (auto-approving, as kube-controller-manager does).
+async fn apiserver() -> nodectl_apiserver_double::Double {
+    nodectl_apiserver_double::Double::start(Default::default())
+        .await
+        .unwrap()
 }
+
+const TOKEN: &str = "abcdef.0123456789abcdef";
 
 fn calls(root: &Path) -> serde_json::Value {
     let t = std::fs::read_to_string(root.join("run/nodectl/offline-systemd.json")).unwrap();
@@ -107,8 +107,9 @@ fn plan_lists_steps_and_second_plan_after_apply_is_empty() {
     );
 }
 
-#[test]
-fn kubelet_starts_only_after_bootstrap_kubeconfig_and_reruns_make_no_calls() {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubelet_starts_only_after_bootstrap_kubeconfig_and_reruns_make_no_calls() {
+    let api = apiserver().await;
     let d = scratch(&example_worker());
     assert_eq!(nodectl(d.path(), &["apply"]).0, 0);
     let c = calls(d.path());
@@ -120,17 +121,37 @@ fn kubelet_starts_only_after_bootstrap_kubeconfig_and_reruns_make_no_calls() {
 
     std::fs::write(
         d.path().join("etc/kubernetes/kubeconfig"),
-        bootstrap_kubeconfig(),
+        api.bootstrap_kubeconfig(TOKEN),
     )
     .unwrap();
     let (rc, out, _) = nodectl(d.path(), &["apply"]);
     assert_eq!(rc, 0, "{out}");
+    assert!(
+        out.contains(
+            "kubelet-credentials: request the node's client certificate with the bootstrap token"
+        ),
+        "{out}"
+    );
     assert!(
         out.contains("kubelet-running: start kubelet.service"),
         "{out}"
     );
     let before = calls(d.path());
     assert_eq!(before["start"].as_u64(), Some(1));
+    // kubelet gets the node's own kubeconfig, never the bootstrap one.
+    let env = std::fs::read_to_string(d.path().join("etc/kubernetes/kubelet.env")).unwrap();
+    assert!(
+        env.ends_with("KUBELET_KUBECONFIG=--kubeconfig=/var/lib/kubelet/kubeconfig\n"),
+        "{env}"
+    );
+    let kc = std::fs::read_to_string(d.path().join("var/lib/kubelet/kubeconfig")).unwrap();
+    assert!(
+        kc.contains("client-certificate: /var/lib/kubelet/pki/kubelet-client-current.pem")
+            && !kc.contains("token"),
+        "{kc}"
+    );
+    assert_eq!(mode(&d.path().join("var/lib/kubelet/kubeconfig")), 0o600);
+    assert_eq!(api.csrs().len(), 1);
 
     // A re-run with nothing changed asks systemd for nothing.
     let (rc, out, _) = nodectl(d.path(), &["apply"]);
@@ -198,7 +219,7 @@ fn status_without_daemon_reads_disk_and_says_so() {
     assert_eq!(v["host"]["selinux"]["mode"], "absent");
     assert_eq!(v["host"]["labels_applied"], false);
     assert_eq!(v["settings"]["role"], "worker");
-    assert_eq!(v["steps"].as_array().unwrap().len(), 7);
+    assert_eq!(v["steps"].as_array().unwrap().len(), 8);
     let (_, human, _) = nodectl(d.path(), &["status"]);
     assert!(human.contains("nodectld: not running"), "{human}");
     assert!(
@@ -265,7 +286,7 @@ fn controller_root() -> tempfile::TempDir {
     d
 }
 
-fn controller_bundle() -> String {
+fn controller_bundle(bootstrap: &str) -> String {
     typhoon_bundle(&[
         ("tls/etcd/peer.crt", CERT),
         ("tls/etcd/peer.key", KEY),
@@ -284,15 +305,22 @@ fn controller_bundle() -> String {
             "manifests/coredns/service.yaml",
             "apiVersion: v1\nkind: Service",
         ),
-        ("kubelet/kubeconfig", BOOTSTRAP_IN_BUNDLE),
+        ("kubelet/kubeconfig", bootstrap),
     ])
 }
 
 /// The bootstrap kubeconfig as a bundle record (no trailing newline: the record adds one).
-const BOOTSTRAP_IN_BUNDLE: &str = "apiVersion: v1\nkind: Config\nclusters:\n- name: local\n  cluster:\n    server: https://controller.example.com:6443\n    certificate-authority-data: LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCk1JSUJmYWtlCi0tLS0tRU5EIENFUlRJRklDQVRFLS0tLS0K\nusers:\n- name: kubelet\n  user:\n    token: abcdef.0123456789abcdef\ncontexts:\n- context:\n    cluster: local\n    user: kubelet";
+fn bootstrap_in_bundle(api: &nodectl_apiserver_double::Double) -> String {
+    api.bootstrap_kubeconfig(TOKEN).trim_end().to_string()
+}
 
-#[test]
-fn controller_waits_for_its_bundle_then_places_it_and_starts_kubelet() {
+/// One whose API server refuses connections (a controller's own, before kubelet runs it).
+const BOOTSTRAP_UNREACHABLE: &str = "apiVersion: v1\nkind: Config\nclusters:\n- name: local\n  cluster:\n    server: https://127.0.0.1:1\n    certificate-authority-data: LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCk1JSUJmYWtlCi0tLS0tRU5EIENFUlRJRklDQVRFLS0tLS0K\nusers:\n- name: kubelet\n  user:\n    token: abcdef.0123456789abcdef\ncontexts:\n- context:\n    cluster: local\n    user: kubelet";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn controller_waits_for_its_bundle_then_places_it_and_starts_kubelet() {
+    let api = apiserver().await;
+    let bundle = controller_bundle(&bootstrap_in_bundle(&api));
     let d = controller_root();
     let r = d.path();
     let (rc, out, _) = nodectl(r, &["apply"]);
@@ -303,7 +331,7 @@ fn controller_waits_for_its_bundle_then_places_it_and_starts_kubelet() {
     );
     assert_eq!(calls(r)["start"], 0, "kubelet started before the secrets");
 
-    drop_bundle(r, "assets", &controller_bundle());
+    drop_bundle(r, "assets", &bundle);
     let (rc, out, _) = nodectl(r, &["plan"]);
     assert_eq!(rc, 0, "{out}");
     assert!(
@@ -351,7 +379,7 @@ fn controller_waits_for_its_bundle_then_places_it_and_starts_kubelet() {
     let ino = std::fs::metadata(r.join("etc/kubernetes/pki/ca.key"))
         .map(|m| std::os::unix::fs::MetadataExt::ino(&m))
         .unwrap();
-    drop_bundle(r, "assets", &controller_bundle());
+    drop_bundle(r, "assets", &bundle);
     let (rc, out, _) = nodectl(r, &["plan"]);
     assert_eq!(rc, 0);
     assert!(
@@ -365,6 +393,42 @@ fn controller_waits_for_its_bundle_then_places_it_and_starts_kubelet() {
     assert_eq!(ino, ino2, "an unchanged file was rewritten");
     let (rc, out, _) = nodectl(r, &["plan", "--detailed-exitcode"]);
     assert_eq!(rc, 0, "{out}");
+}
+
+/// A controller's kubelet runs the API server it would ask for a certificate: it starts
+/// standalone (static pods only) while the request is retried.
+#[test]
+fn a_controller_starts_kubelet_standalone_until_its_certificate_is_issued() {
+    let d = controller_root();
+    let r = d.path();
+    drop_bundle(r, "assets", &controller_bundle(BOOTSTRAP_UNREACHABLE));
+    let (rc, out, err) = nodectl(r, &["apply"]);
+    assert_eq!(rc, 0, "{out}");
+    assert!(out.contains("node converged"), "{out}");
+    assert!(
+        err.contains("the API server at https://127.0.0.1:1") && err.contains("retrying in"),
+        "{err}"
+    );
+    assert_eq!(calls(r)["start"], 1, "kubelet not started standalone");
+    let env = std::fs::read_to_string(r.join("etc/kubernetes/kubelet.env")).unwrap();
+    assert!(env.ends_with("KUBELET_KUBECONFIG=\n"), "{env}");
+    assert!(!r.join("var/lib/kubelet/kubeconfig").exists());
+    // A worker in the same spot waits and does not start kubelet.
+    let w = scratch(&example_worker());
+    std::fs::create_dir_all(w.path().join("etc/kubernetes")).unwrap();
+    std::fs::write(
+        w.path().join("etc/kubernetes/kubeconfig"),
+        BOOTSTRAP_UNREACHABLE,
+    )
+    .unwrap();
+    let (rc, out, _) = nodectl(w.path(), &["apply"]);
+    assert_eq!(rc, 0, "{out}");
+    assert!(out.contains("kubelet-credentials   waiting"), "{out}");
+    assert_eq!(
+        calls(w.path())["start"],
+        0,
+        "a worker started kubelet without credentials"
+    );
 }
 
 #[test]
@@ -426,15 +490,16 @@ fn calls_or_default(root: &Path) -> serde_json::Value {
     }
 }
 
-#[test]
-fn worker_refuses_etcd_credentials() {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn worker_refuses_etcd_credentials() {
+    let api = apiserver().await;
     let d = scratch(&example_worker());
     let r = d.path();
     drop_bundle(
         r,
         "assets",
         &typhoon_bundle(&[
-            ("kubelet/kubeconfig", BOOTSTRAP_IN_BUNDLE),
+            ("kubelet/kubeconfig", BOOTSTRAP_UNREACHABLE),
             ("tls/etcd/etcd-client.key", KEY),
         ]),
     );
@@ -449,7 +514,7 @@ fn worker_refuses_etcd_credentials() {
     drop_bundle(
         r,
         "assets",
-        &typhoon_bundle(&[("kubelet/kubeconfig", BOOTSTRAP_IN_BUNDLE)]),
+        &typhoon_bundle(&[("kubelet/kubeconfig", &bootstrap_in_bundle(&api))]),
     );
     let (rc, out, _) = nodectl(r, &["apply"]);
     assert_eq!(rc, 0, "{out}");
@@ -473,8 +538,9 @@ fn a_bundle_still_being_written_is_left_alone() {
     assert!(!r.join("etc/kubernetes/pki").exists());
 }
 
-#[test]
-fn kubelet_is_not_started_when_its_ca_cannot_be_read() {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubelet_is_not_started_when_its_ca_cannot_be_read() {
+    let api = apiserver().await;
     let d = scratch(&example_worker());
     let r = d.path();
     std::fs::create_dir_all(r.join("etc/kubernetes")).unwrap();
@@ -495,14 +561,15 @@ fn kubelet_is_not_started_when_its_ca_cannot_be_read() {
     assert!(out.contains("kubelet-running       blocked"), "{out}");
     assert_eq!(calls(r)["start"], 0, "kubelet started without its CA");
     // Once the kubeconfig is right, ca.crt is written from it and kubelet starts.
-    std::fs::write(r.join("etc/kubernetes/kubeconfig"), bootstrap_kubeconfig()).unwrap();
+    std::fs::write(
+        r.join("etc/kubernetes/kubeconfig"),
+        api.bootstrap_kubeconfig(TOKEN),
+    )
+    .unwrap();
     let (rc, out, _) = nodectl(r, &["apply"]);
     assert_eq!(rc, 0, "{out}");
     let ca = std::fs::read_to_string(r.join("etc/kubernetes/ca.crt")).unwrap();
-    assert!(
-        ca.starts_with("-----BEGIN CERTIFICATE-----\nMIIBexampleCA"),
-        "{ca}"
-    );
+    assert!(ca == api.ca_pem(), "{ca}");
     assert_eq!(calls(r)["start"], 1);
     let yaml = std::fs::read_to_string(r.join("etc/kubernetes/kubelet.yaml")).unwrap();
     assert!(

@@ -104,9 +104,27 @@ fn step_state(v: &serde_json::Value, id: &str) -> String {
         .unwrap_or_default()
 }
 
-#[tokio::test]
+fn step_detail(v: &serde_json::Value, id: &str) -> String {
+    let s = v["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["id"] == id)
+        .cloned()
+        .unwrap_or_default();
+    format!("{} {}", s["detail"], s["waiting_for"])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn daemon_serves_status_and_wakes_on_events() {
     let bus = Bus::start();
+    // Approval by hand, as `kubectl certificate approve` would.
+    let api = nodectl_apiserver_double::Double::start(nodectl_apiserver_double::Options {
+        approval: nodectl_apiserver_double::Approval::Manual,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
     let d = tempfile::tempdir().unwrap();
     let root = d.path();
     std::fs::create_dir_all(root.join("etc/nodectl/config.d")).unwrap();
@@ -153,20 +171,48 @@ async fn daemon_serves_status_and_wakes_on_events() {
         "passes without events: {idle:#}"
     );
 
-    // Provisioning drops the bootstrap kubeconfig: inotify wakes the daemon, kubelet starts.
-    let kubeconfig = std::fs::read(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../docs/examples/bootstrap-kubeconfig"
-    ))
+    // Provisioning drops the bootstrap kubeconfig: inotify wakes the daemon, which requests the
+    // node's certificate and says it waits for approval; kubelet is not started meanwhile.
+    std::fs::write(
+        root.join("etc/kubernetes/kubeconfig"),
+        api.bootstrap_kubeconfig("abcdef.0123456789abcdef"),
+    )
     .unwrap();
-    std::fs::write(root.join("etc/kubernetes/kubeconfig"), kubeconfig).unwrap();
+    let v = until(&bus, "certificate request pending", |v| {
+        step_detail(v, "kubelet-credentials").contains("pending approval")
+    })
+    .await;
+    assert_eq!(step_state(&v, "kubelet-running"), "blocked", "{v:#}");
+    assert!(v["credentials"].is_null(), "{v:#}");
+    let name = api.csrs()[0]["metadata"]["name"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        step_detail(&v, "kubelet-credentials").contains(&name),
+        "{v:#}"
+    );
+    // Waiting on the watch is not polling: no passes while the request is pending.
+    let waiting = v["daemon"]["passes"].as_u64().unwrap();
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert_eq!(
+        status(&bus).await.unwrap()["daemon"]["passes"].as_u64(),
+        Some(waiting),
+        "passes while waiting for approval"
+    );
+    // Approval: the request's end wakes a pass, which starts kubelet on the new credentials.
+    api.approve(&name).unwrap();
     let v = until(&bus, "kubelet started", |v| {
         step_state(v, "kubelet-running") == "applied"
             || step_state(v, "kubelet-running") == "converged"
     })
     .await;
     assert_eq!(v["daemon"]["status_line"], "node converged");
+    assert_eq!(v["daemon"]["last_pass"]["trigger"], "credentials", "{v:#}");
     assert_eq!(v["systemd_calls"]["start"], 1);
+    assert_eq!(v["credentials"]["subject"], "system:node:w1", "{v:#}");
+    let left = v["credentials"]["expires_in_s"].as_i64().unwrap();
+    assert!((72 * 3600 - 60..=72 * 3600).contains(&left), "{v:#}");
 
     // A broken config fragment: the daemon reports it (file and key) and keeps running.
     std::fs::write(

@@ -33,9 +33,11 @@ pub struct KubeletSpec {
     pub labels: Vec<String>,
     /// Extra `--register-with-taints` values (`key=value:Effect`), after the role taint.
     pub taints: Vec<String>,
+    /// kubelet's `EnvironmentFile=`: `KUBELET_KUBECONFIG` is `--kubeconfig=<path>` once the node
+    /// has its own credentials, empty before (standalone). kubelet never gets the bootstrap
+    /// kubeconfig: nodectld does the TLS bootstrap and the rotation.
+    pub env_file: String,
     /// Paths as kubelet sees them.
-    pub bootstrap_kubeconfig: String,
-    pub kubeconfig: String,
     pub config: String,
     /// Give volumes SELinux options (`:z`); on hosts without SELinux they are left off.
     pub selinux: bool,
@@ -44,10 +46,8 @@ pub struct KubeletSpec {
 impl KubeletSpec {
     fn flags(&self) -> Vec<String> {
         let mut f = vec![
-            format!("--bootstrap-kubeconfig={}", self.bootstrap_kubeconfig),
             format!("--config={}", self.config),
             "--container-runtime-endpoint=unix:///run/containerd/containerd.sock".to_string(),
-            format!("--kubeconfig={}", self.kubeconfig),
         ];
         match self.role {
             Role::Controller => {
@@ -64,7 +64,10 @@ impl KubeletSpec {
                 .iter()
                 .map(|t| format!("--register-with-taints={t}")),
         );
-        f.into_iter().map(|w| exec_quote(&w)).collect()
+        let mut words: Vec<String> = f.into_iter().map(|w| exec_quote(&w)).collect();
+        // Unbraced: systemd splits it into words, and an empty value into none.
+        words.insert(2, "$KUBELET_KUBECONFIG".into());
+        words
     }
 
     fn volumes(&self) -> Vec<String> {
@@ -162,6 +165,7 @@ impl KubeletSpec {
             }
         }
         let service = service
+            .set("EnvironmentFile", format!("-{}", self.env_file))
             .set("Delegate", "yes")
             .set("Restart", "always")
             .set("RestartSec", "10");
@@ -206,8 +210,7 @@ mod tests {
             role,
             labels: vec!["pool=blue".into()],
             taints: vec!["gpu=true:NoSchedule".into()],
-            bootstrap_kubeconfig: "/etc/kubernetes/kubeconfig".into(),
-            kubeconfig: "/var/lib/kubelet/kubeconfig".into(),
+            env_file: "/etc/kubernetes/kubelet.env".into(),
             config: "/etc/kubernetes/kubelet.yaml".into(),
             selinux: true,
         }
@@ -220,6 +223,19 @@ mod tests {
         assert!(u.contains("--register-with-taints=node-role.kubernetes.io/controller=:NoSchedule"));
         assert!(!u.contains("master"));
         assert!(!u.contains("--lock-file") && !u.contains("exit-on-lock-contention"));
+    }
+
+    #[test]
+    fn kubelet_gets_its_kubeconfig_from_the_env_file_never_the_bootstrap_one() {
+        for rt in [Runtime::Podman, Runtime::Docker] {
+            let u = spec(rt, Role::Worker).unit();
+            assert!(
+                u.contains("EnvironmentFile=-/etc/kubernetes/kubelet.env\n"),
+                "{u}"
+            );
+            assert!(u.contains("  $KUBELET_KUBECONFIG \\\n"), "{u}");
+            assert!(!u.contains("bootstrap-kubeconfig") && !u.contains("--kubeconfig"));
+        }
     }
 
     #[test]
@@ -300,7 +316,7 @@ clusterDNS:
   - {dns}
 clusterDomain: {domain}
 healthzPort: 0
-rotateCertificates: true
+rotateCertificates: false
 seccompDefault: {seccomp}
 serializeImagePulls: false
 shutdownGracePeriod: 45s
@@ -337,7 +353,8 @@ mod config_tests {
             "clusterDNS:\n  - 10.3.0.10\n",
             "seccompDefault: true",
             "clientCAFile: /etc/kubernetes/ca.crt",
-            "rotateCertificates: true",
+            // nodectld rotates the client certificate.
+            "rotateCertificates: false",
             "shutdownGracePeriod: 45s",
         ] {
             assert!(y.contains(want), "{want:?} missing:\n{y}");

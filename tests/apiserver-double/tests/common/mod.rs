@@ -47,10 +47,12 @@ pub async fn bootstrap(n: &Node, wait: Duration) -> Result<Issued, BootstrapErro
     let w = Writer::new(&n.root, &n.labeler);
     Bootstrap {
         writer: &w,
+        via: nodectl::bootstrap::Via::BootstrapToken,
         node_name: "worker-1",
         bootstrap_kubeconfig: Path::new("/etc/kubernetes/kubeconfig"),
         kubeconfig: Path::new("/var/lib/kubelet/kubeconfig"),
         wait,
+        on_request: None,
     }
     .run()
     .await
