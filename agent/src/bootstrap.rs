@@ -122,8 +122,7 @@ impl Bootstrap<'_> {
         {
             use base64::Engine as _;
             let b64 = |p: &str| -> Result<String, BootstrapError> {
-                let bytes =
-                    std::fs::read(root.path(p)).map_err(|e| config(&format!("{p}: {e}")))?;
+                let bytes = root.read(p).map_err(|e| config(&format!("{p}: {e}")))?;
                 Ok(base64::engine::general_purpose::STANDARD.encode(bytes))
             };
             if let Some(p) = user.client_certificate.take() {

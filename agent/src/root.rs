@@ -30,6 +30,25 @@ impl Root {
     }
 }
 
+impl Root {
+    /// Reads a file, following symlinks as the node would: an absolute target is a node path
+    /// (under this root), a relative one is relative to the link's directory.
+    pub fn read(&self, node_path: impl AsRef<Path>) -> std::io::Result<Vec<u8>> {
+        let mut p = node_path.as_ref().to_path_buf();
+        for _ in 0..8 {
+            match std::fs::read_link(self.path(&p)) {
+                Ok(t) if t.is_absolute() => p = t,
+                Ok(t) => p = p.parent().unwrap_or(Path::new("/")).join(t),
+                Err(_) => return std::fs::read(self.path(&p)),
+            }
+        }
+        Err(std::io::Error::other(format!(
+            "{}: too many levels of symbolic links",
+            node_path.as_ref().display()
+        )))
+    }
+}
+
 /// A scratch root holding one file (tests).
 #[cfg(test)]
 pub(crate) fn scratch_with(node_path: &str, text: &str) -> (tempfile::TempDir, Root) {

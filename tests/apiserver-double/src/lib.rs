@@ -120,6 +120,7 @@ struct Inner {
 pub struct Double {
     pub addr: SocketAddr,
     inner: Arc<Inner>,
+    acceptor: tokio_rustls::TlsAcceptor,
     server: tokio::task::JoinHandle<()>,
 }
 
@@ -221,38 +222,27 @@ impl Double {
         let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
         let listener = tokio::net::TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
-        let srv_inner = inner.clone();
-        let server = tokio::spawn(async move {
-            loop {
-                let Ok((tcp, _)) = listener.accept().await else {
-                    continue;
-                };
-                let (acceptor, inner) = (acceptor.clone(), srv_inner.clone());
-                tokio::spawn(async move {
-                    let Ok(tls) = acceptor.accept(tcp).await else {
-                        return;
-                    };
-                    let peer = tls
-                        .get_ref()
-                        .1
-                        .peer_certificates()
-                        .and_then(|c| c.first())
-                        .map(|c| c.as_ref().to_vec());
-                    let svc = hyper::service::service_fn(move |req| {
-                        let (inner, peer) = (inner.clone(), peer.clone());
-                        async move { Ok::<_, Infallible>(handle(inner, peer, req).await) }
-                    });
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(hyper_util::rt::TokioIo::new(tls), svc)
-                        .await;
-                });
-            }
-        });
+        let server = serve(listener, acceptor.clone(), inner.clone());
         Ok(Double {
             addr,
             inner,
+            acceptor,
             server,
         })
+    }
+
+    /// Stops listening: connections are refused, as to an apiserver that is down. (Open
+    /// connections are left to end by themselves.)
+    pub fn down(&mut self) {
+        self.server.abort();
+    }
+
+    /// Listens again on the same address, with the same CA and state.
+    pub async fn up(&mut self) -> anyhow::Result<()> {
+        self.server.abort();
+        let listener = tokio::net::TcpListener::bind(self.addr).await?;
+        self.server = serve(listener, self.acceptor.clone(), self.inner.clone());
+        Ok(())
     }
 
     pub fn url(&self) -> String {
@@ -335,6 +325,41 @@ impl Double {
             self.url()
         )
     }
+}
+
+/// Accepts connections until aborted.
+fn serve(
+    listener: tokio::net::TcpListener,
+    acceptor: tokio_rustls::TlsAcceptor,
+    inner: Arc<Inner>,
+) -> tokio::task::JoinHandle<()> {
+    let srv_inner = inner;
+    tokio::spawn(async move {
+        loop {
+            let Ok((tcp, _)) = listener.accept().await else {
+                continue;
+            };
+            let (acceptor, inner) = (acceptor.clone(), srv_inner.clone());
+            tokio::spawn(async move {
+                let Ok(tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let peer = tls
+                    .get_ref()
+                    .1
+                    .peer_certificates()
+                    .and_then(|c| c.first())
+                    .map(|c| c.as_ref().to_vec());
+                let svc = hyper::service::service_fn(move |req| {
+                    let (inner, peer) = (inner.clone(), peer.clone());
+                    async move { Ok::<_, Infallible>(handle(inner, peer, req).await) }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(tls), svc)
+                    .await;
+            });
+        }
+    })
 }
 
 fn authenticate(inner: &Inner, peer: Option<&[u8]>, req: &Request<Incoming>) -> Option<User> {

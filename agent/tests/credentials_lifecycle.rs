@@ -1,0 +1,340 @@
+//! Tier 1: the `kubelet-credentials` step over several passes of one engine (as nodectld runs
+//! it), against the kube-apiserver double: the API server down then up (backoff, a controller's
+//! kubelet standalone meanwhile), an expired certificate (re-bootstrap), rotation with a fresh
+//! key, a certificate the server refuses (401 -> bootstrap token), a denied request (no retry
+//! until an operator acts).
+
+use std::path::Path;
+use std::time::{Duration, SystemTime};
+
+use nodectl::context::Cx;
+use nodectl::engine::{Engine, Report, StepState};
+use nodectl::root::Root;
+use nodectl_apiserver_double::{Approval, Double, Options};
+use nodectl_units::systemd::{Offline, Systemd};
+
+const FCOS: &str = "NAME=\"Fedora Linux\"\nID=fedora\nVERSION_ID=42\nVARIANT_ID=coreos\n";
+const TOKEN: &str = "abcdef.0123456789abcdef";
+
+struct Node {
+    _dir: tempfile::TempDir,
+    root: Root,
+    engine: Engine,
+}
+
+impl Node {
+    fn new(config: &str, bootstrap_kubeconfig: &str) -> Node {
+        let d = tempfile::tempdir().unwrap();
+        let r = d.path();
+        std::fs::create_dir_all(r.join("etc/nodectl/config.d")).unwrap();
+        std::fs::create_dir_all(r.join("etc/kubernetes/pki")).unwrap();
+        std::fs::write(r.join("etc/os-release"), FCOS).unwrap();
+        std::fs::write(r.join("etc/nodectl/config.d/10-node.toml"), config).unwrap();
+        std::fs::write(r.join("etc/kubernetes/kubeconfig"), bootstrap_kubeconfig).unwrap();
+        // A controller's control-plane certificates (the golden tests' shortcut).
+        std::fs::write(r.join("etc/kubernetes/pki/ca.crt"), "x").unwrap();
+        Node {
+            root: Root::new(r),
+            _dir: d,
+            engine: nodectl::steps::engine(),
+        }
+    }
+
+    fn worker(api: &Double) -> Node {
+        Self::new(
+            "[node]\nrole = \"worker\"\nname = \"worker-1\"\n",
+            &api.bootstrap_kubeconfig(TOKEN),
+        )
+    }
+
+    /// One pass, as the daemon runs it (`forced`: an operator's `nodectl converge`).
+    async fn pass(&self, forced: bool) -> Report {
+        let host = nodectl::load::host(&self.root).unwrap();
+        let settings = nodectl::load::settings(&self.root, &host).unwrap();
+        let mut cx = Cx::new(
+            self.root.clone(),
+            host,
+            settings,
+            Systemd::Offline(Offline::new(self.root.dir())),
+        );
+        cx.forced = forced;
+        cx.inline_wait = Duration::from_secs(10);
+        self.engine.apply(&cx).await
+    }
+
+    fn calls(&self) -> serde_json::Value {
+        let p = self.root.path("/run/nodectl/offline-systemd.json");
+        serde_json::from_str::<serde_json::Value>(&std::fs::read_to_string(p).unwrap()).unwrap()
+            ["calls"]
+            .clone()
+    }
+
+    fn held(&self) -> nodectl::kubelet_credentials::Held {
+        nodectl::kubelet_credentials::read(&self.root).expect("a node certificate")
+    }
+
+    fn env(&self) -> String {
+        std::fs::read_to_string(self.root.path(nodectl::kubelet_credentials::KUBELET_ENV)).unwrap()
+    }
+}
+
+fn step<'r>(r: &'r Report, id: &str) -> &'r StepState {
+    &r.steps.iter().find(|s| s.id == id).unwrap().state
+}
+
+fn text(s: &StepState) -> String {
+    format!("{s:?}")
+}
+
+/// Who asked for each certificate, in order.
+fn requesters(api: &Double) -> Vec<String> {
+    let mut csrs = api.csrs();
+    csrs.sort_by_key(|c| {
+        c["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap()
+            .parse::<u64>()
+            .unwrap()
+    });
+    csrs.iter()
+        .map(|c| c["spec"]["username"].as_str().unwrap().to_string())
+        .collect()
+}
+
+async fn sleep_until(t: SystemTime) {
+    if let Ok(d) = t.duration_since(SystemTime::now()) {
+        tokio::time::sleep(d + Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn apiserver_down_then_up_backs_off_and_a_controller_runs_standalone_meanwhile() {
+    let mut api = Double::start(Options::default()).await.unwrap();
+    let node = Node::new(
+        "[node]\nrole = \"controller\"\nname = \"controller-0\"\n",
+        &api.bootstrap_kubeconfig(TOKEN),
+    );
+    api.down();
+
+    let r = node.pass(false).await;
+    let s = text(step(&r, "kubelet-credentials"));
+    assert!(
+        matches!(
+            step(&r, "kubelet-credentials"),
+            StepState::Applied { .. } | StepState::Converged { .. }
+        ),
+        "{s}"
+    );
+    assert_eq!(
+        step(&r, "kubelet-running").name(),
+        "applied",
+        "a controller's kubelet starts standalone: {r:?}"
+    );
+    assert!(node.env().ends_with("KUBELET_KUBECONFIG=\n"));
+    let c = node.calls();
+    assert_eq!(c["start"], 1, "{c}");
+
+    // While the backoff runs, a pass does not ask again, and says why and when.
+    let r = node.pass(false).await;
+    let s = text(step(&r, "kubelet-credentials"));
+    assert!(
+        s.contains("kubelet standalone until the node's certificate is issued")
+            && s.contains(&format!("the API server at {}", api.url()))
+            && s.contains("attempt 2 in"),
+        "{s}"
+    );
+
+    // The server comes up; the next attempt (after the ~2 s backoff) gets the certificate and
+    // kubelet is restarted with it.
+    api.up().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(2600)).await;
+    let r = node.pass(false).await;
+    assert_eq!(
+        step(&r, "kubelet-credentials").name(),
+        "applied",
+        "{:?}",
+        step(&r, "kubelet-credentials")
+    );
+    assert_eq!(node.held().subject, "system:node:controller-0");
+    assert!(node
+        .env()
+        .ends_with("KUBELET_KUBECONFIG=--kubeconfig=/var/lib/kubelet/kubeconfig\n"));
+    let c = node.calls();
+    assert_eq!(
+        (c["start"].as_u64(), c["restart"].as_u64()),
+        (Some(1), Some(3)),
+        "{c}"
+    );
+    assert!(!node
+        .root
+        .path("/run/nodectl/kubelet.restart-pending")
+        .exists());
+    // Converged now: another pass changes nothing.
+    let r = node.pass(false).await;
+    assert!(
+        matches!(step(&r, "kubelet-credentials"), StepState::Converged { .. }),
+        "{r:?}"
+    );
+    assert_eq!(node.calls(), c, "a converged pass made systemd calls");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_certificate_is_replaced_through_the_bootstrap_token() {
+    // Issued for 3 s (plus the signer's 5 s backdating): expired after 3 s.
+    let api = Double::start(Options {
+        signing_duration: Duration::from_secs(3),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let node = Node::worker(&api);
+    let r = node.pass(false).await;
+    assert_eq!(step(&r, "kubelet-running").name(), "applied", "{r:?}");
+    let first = node.held();
+    sleep_until(first.validity.not_after).await;
+
+    let r = node.pass(false).await;
+    assert_eq!(
+        step(&r, "kubelet-credentials").name(),
+        "applied",
+        "{:?}",
+        step(&r, "kubelet-credentials")
+    );
+    let second = node.held();
+    assert!(second.validity.not_after > first.validity.not_after);
+    assert_eq!(
+        requesters(&api),
+        ["system:bootstrap:abcdef", "system:bootstrap:abcdef"],
+        "an expired certificate cannot authenticate: the bootstrap token asks again"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rotation_uses_a_fresh_key_and_a_refused_certificate_falls_back_to_bootstrap() {
+    // 6 s (+5 s backdating): rotation at 70-90% of 11 s, i.e. 2.7-4.9 s after issuance.
+    let api = Double::start(Options {
+        signing_duration: Duration::from_secs(6),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let node = Node::worker(&api);
+    node.pass(false).await;
+    let first = node.held();
+    let total = first
+        .validity
+        .not_after
+        .duration_since(first.validity.not_before)
+        .unwrap();
+    let at = first
+        .rotate_at
+        .duration_since(first.validity.not_before)
+        .unwrap();
+    assert!(
+        at >= total.mul_f64(0.7) && at < total.mul_f64(0.9),
+        "{at:?} of {total:?}"
+    );
+    let before = node.calls();
+    sleep_until(first.rotate_at).await;
+
+    let r = node.pass(false).await;
+    assert_eq!(
+        step(&r, "kubelet-credentials").name(),
+        "applied",
+        "{:?}",
+        step(&r, "kubelet-credentials")
+    );
+    let second = node.held();
+    assert!(
+        second.validity.not_after > first.validity.not_after,
+        "{first:?} {second:?} {:?} {r:?}",
+        requesters(&api)
+    );
+    // Renewed with the node's own certificate (selfnodeclient), not the bootstrap token...
+    assert_eq!(
+        requesters(&api),
+        ["system:bootstrap:abcdef", "system:node:worker-1"]
+    );
+    // ...with a new key (so a new request name), and kubelet restarted once on it.
+    let names: Vec<String> = api
+        .csrs()
+        .iter()
+        .map(|c| c["metadata"]["name"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(names.len(), 2);
+    assert_ne!(names[0], names[1]);
+    let keys: Vec<String> = api
+        .received()
+        .iter()
+        .map(|c| c["spec"]["request"].as_str().unwrap().to_string())
+        .collect();
+    assert_ne!(keys[0], keys[1]);
+    let after = node.calls();
+    assert_eq!(
+        after["restart"].as_u64().unwrap(),
+        before["restart"].as_u64().unwrap() + 1,
+        "{after}"
+    );
+
+    // The server stops accepting the node's certificates (401): the next renewal falls back to
+    // the bootstrap token.
+    api.revoke("system:node:worker-1");
+    sleep_until(second.rotate_at).await;
+    let r = node.pass(false).await;
+    assert_eq!(
+        step(&r, "kubelet-credentials").name(),
+        "applied",
+        "{:?}",
+        step(&r, "kubelet-credentials")
+    );
+    assert_eq!(
+        requesters(&api),
+        [
+            "system:bootstrap:abcdef",
+            "system:node:worker-1",
+            "system:bootstrap:abcdef"
+        ]
+    );
+    assert!(node.held().validity.not_after > second.validity.not_after);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_denied_request_is_not_repeated_until_an_operator_acts() {
+    let api = Double::start(Options {
+        approval: Approval::Deny("not on the list".into()),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let node = Node::worker(&api);
+    let r = node.pass(false).await;
+    let s = text(step(&r, "kubelet-credentials"));
+    assert_eq!(step(&r, "kubelet-credentials").name(), "failed", "{s}");
+    assert!(
+        s.contains("was denied: not on the list") && s.contains("nodectl converge"),
+        "{s}"
+    );
+    assert_eq!(step(&r, "kubelet-running").name(), "blocked");
+    // The denied key is gone: a later request is a new one.
+    assert!(!node
+        .root
+        .path("/var/lib/kubelet/pki/kubelet-client.key.tmp")
+        .exists());
+
+    // Events and resyncs do not ask again.
+    let r = node.pass(false).await;
+    assert_eq!(step(&r, "kubelet-credentials").name(), "failed");
+    assert_eq!(api.csrs().len(), 1);
+
+    // The operator fixes the approval policy and runs `nodectl converge`.
+    api.set_approval(Approval::Auto);
+    let r = node.pass(true).await;
+    assert_eq!(
+        step(&r, "kubelet-running").name(),
+        "applied",
+        "{:?}",
+        step(&r, "kubelet-credentials")
+    );
+    assert_eq!(api.csrs().len(), 2);
+    assert!(Path::new(&node.root.path("/var/lib/kubelet/kubeconfig")).exists());
+}
