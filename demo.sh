@@ -11,7 +11,7 @@ cargo build --release --bins
 tests/vm/build-image.sh
 stage=$(mktemp -d /tmp/nodectl-demo.XXXXXX)
 trap 'rm -rf "$stage"' EXIT
-cp target/release/nodectld target/release/nodectl packaging/systemd/nodectld.service \
+cp target/release/nodectld target/release/nodectl target/release/nodectl-apiserver-double packaging/systemd/nodectld.service \
    packaging/dbus/org.nodectl.Agent1.conf "$stage/"
 cp docs/examples/worker.toml docs/examples/bootstrap-kubeconfig tests/vm/suites/lib.sh "$stage/"
 cp -a tests/kubelet-standin "$stage/"

@@ -32,7 +32,7 @@ stage=$(mktemp -d /tmp/nodectl-stage.XXXXXX)
 trap 'rm -rf "$stage"' EXIT
 if [[ " $TIERS " == *" 2 "* || " $TIERS " == *" 3 "* ]]; then
   hdr "build binaries for the guests"
-  cargo build --bins -p nodectl -p nodectl-testkit || exit 1
+  cargo build --bins -p nodectl -p nodectl-testkit -p nodectl-apiserver-double || exit 1
   live=$(cargo test -p nodectl-units --test systemd_live --no-run --message-format=json 2>/dev/null \
     | jq -r 'select(.reason == "compiler-artifact" and .target.name == "systemd_live") | .executable' | tail -1)
   [ -x "$live" ] || { echo "cannot find the systemd_live test binary" >&2; exit 1; }
@@ -42,6 +42,7 @@ if [[ " $TIERS " == *" 2 "* || " $TIERS " == *" 3 "* ]]; then
   strip -o "$stage/systemd_live" "$live"
   strip -o "$stage/label-observer" target/debug/label-observer
   strip -o "$stage/relabel-bench" target/debug/relabel-bench
+  strip -o "$stage/nodectl-apiserver-double" target/debug/nodectl-apiserver-double
   cp tests/lib/check.sh tests/vm/suites/*.sh packaging/systemd/nodectld.service \
      packaging/dbus/org.nodectl.Agent1.conf docs/examples/worker.toml docs/examples/controller.toml \
      docs/examples/bootstrap-kubeconfig "$stage/"

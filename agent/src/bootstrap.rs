@@ -78,6 +78,8 @@ pub struct Bootstrap<'a> {
     pub wait: Duration,
     /// Called with the request's name once it is created (or found), before the wait.
     pub on_request: Option<&'a (dyn Fn(&str) + Send + Sync)>,
+    /// Called once the certificate is issued, before it is stored.
+    pub on_issued: Option<&'a (dyn Fn() + Send + Sync)>,
 }
 
 fn api_err(server: &str, via: Via) -> impl Fn(kube::Error) -> BootstrapError + '_ {
@@ -192,6 +194,9 @@ impl Bootstrap<'_> {
             Err(e) => return Err(e),
         };
         let validity = credentials::validity(&chain).map_err(local)?;
+        if let Some(f) = self.on_issued {
+            f();
+        }
         let current =
             credentials::store(self.writer, &chain, &key.serialize_pem(), SystemTime::now())
                 .map_err(local)?;

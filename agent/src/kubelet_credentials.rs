@@ -221,7 +221,11 @@ impl KubeletCredentials {
                 api = Some(cx.settings.kubeconfig.as_path());
             }
         }
-        files.push(env_file(api));
+        // Inside a managed tree (`/etc/kubernetes` by default) it carries the tree's label, or
+        // the relabel step and this one would undo each other.
+        let env = env_file(api);
+        let label = crate::steps::managed_label(cx, &env.path);
+        files.push(FileSpec { label, ..env });
         Ok(FileSet {
             files,
             ..FileSet::default()
@@ -291,6 +295,16 @@ impl KubeletCredentials {
                     }
                 }
             };
+            // kubelet reads its credentials at start: restart it on the new ones. The marker is
+            // written once the certificate is issued, before it is stored, so a crash before
+            // the restart still restarts kubelet on the next pass.
+            let on_issued = || {
+                if let Err(e) =
+                    writer.write(&FileSpec::new(crate::steps::RESTART_MARKER, "", 0o600))
+                {
+                    tracing::warn!("recording the pending kubelet restart: {e}");
+                }
+            };
             let run = |via| Bootstrap {
                 writer: &writer,
                 via,
@@ -299,10 +313,8 @@ impl KubeletCredentials {
                 kubeconfig: &settings.kubeconfig,
                 wait: APPROVAL_WAIT,
                 on_request: Some(&on_request),
+                on_issued: Some(&on_issued),
             };
-            // kubelet reads its credentials at start: restart it on the new ones (the marker
-            // makes a crash before the restart still restart it on the next pass).
-            let _ = writer.write(&FileSpec::new(crate::steps::RESTART_MARKER, "", 0o600));
             let mut result = run(via).run().await;
             if let (Via::NodeCertificate, Err(BootstrapError::Unauthorized { .. })) = (via, &result)
             {
@@ -337,7 +349,6 @@ impl KubeletCredentials {
                         reason,
                         bootstrap_kubeconfig: bk,
                     };
-                    let _ = writer.remove(Path::new(crate::steps::RESTART_MARKER));
                 }
                 Err(e) => {
                     st.failures += 1;
@@ -355,7 +366,6 @@ impl KubeletCredentials {
                         until: now + delay,
                         reason,
                     };
-                    let _ = writer.remove(Path::new(crate::steps::RESTART_MARKER));
                 }
             }
             drop(st);
@@ -521,7 +531,16 @@ impl Step for KubeletCredentials {
             // The files for whatever the node holds now.
             let (_, need, _) = self.assess(cx)?;
             let valid = matches!(need, Need::Nothing | Need::Rotate(_));
-            let changed = !Self::files(cx, valid)?.apply(cx)?.is_empty();
+            // kubelet reads these at start: a content change restarts it, a mode or label fix
+            // does not.
+            let set = Self::files(cx, valid)?;
+            let w = cx.writer();
+            let mut changed = false;
+            for f in &set.files {
+                let d = w.check(f)?;
+                changed |= d.missing || d.content;
+            }
+            set.apply(cx)?;
             let marker = cx.root.path(crate::steps::RESTART_MARKER);
             if changed || marker.exists() {
                 let st = cx.systemd.state(KUBELET_UNIT).await?;

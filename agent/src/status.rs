@@ -372,3 +372,41 @@ pub fn render_plan(report: &Report, heading: &str) -> String {
     }
     o
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, UNIX_EPOCH};
+
+    #[test]
+    fn times_and_durations_for_people() {
+        assert_eq!(
+            rfc3339(UNIX_EPOCH + Duration::from_secs(1_796_000_000)),
+            "2026-11-30T00:53:20Z"
+        );
+        assert_eq!(human_duration(72 * 3600 - 61), "71h 58m");
+        assert_eq!(human_duration(725), "12m 5s");
+        assert_eq!(human_duration(-182), "-3m 2s");
+    }
+
+    #[test]
+    fn status_shows_the_certificate_expiry_or_that_it_expired() {
+        let mut st = Status {
+            credentials: Some(Credentials {
+                subject: "system:node:w1".into(),
+                not_before: "2026-11-30T00:00:00Z".into(),
+                not_after: "2026-12-03T00:00:00Z".into(),
+                rotate_at: "2026-12-02T09:00:00Z".into(),
+                expires_in_s: 3600 * 50,
+            }),
+            ..Status::default()
+        };
+        assert!(st.render().contains(
+            "Credentials: system:node:w1 valid until 2026-12-03T00:00:00Z (in 50h 0m), renewal at 2026-12-02T09:00:00Z"
+        ));
+        st.credentials.as_mut().unwrap().expires_in_s = -90;
+        assert!(st
+            .render()
+            .contains("Credentials: system:node:w1 EXPIRED at 2026-12-03T00:00:00Z (1m 30s ago)"));
+    }
+}

@@ -117,7 +117,7 @@ impl FileSet {
 
 /// The label of a path inside a managed tree (`selinux.relabel`), so what nodectld creates there
 /// is born with the label the relabel step keeps; `None` elsewhere (the policy's default).
-fn managed_label(cx: &Cx, path: &Path) -> Option<nodectl_selinux::Context> {
+pub(crate) fn managed_label(cx: &Cx, path: &Path) -> Option<nodectl_selinux::Context> {
     cx.settings
         .relabel
         .iter()

@@ -16,7 +16,10 @@ busctl call org.freedesktop.DBus /org/freedesktop/DBus org.freedesktop.DBus Relo
 install -D -m 0644 /test/worker.toml /etc/nodectl/config.d/10-node.toml
 # kubelet stand-in for this tier (no podman here): an operator drop-in that replaces the command.
 mkdir -p /etc/systemd/system/kubelet.service.d
-printf '[Service]\nExecStartPre=\nExecStart=\nExecStart=/bin/sh -c "test -s /etc/kubernetes/kubeconfig && exec sleep infinity"\nExecStop=\n' \
+# It runs only when systemd handed it the node kubeconfig from nodectld's env file
+# ($KUBELET_KUBECONFIG, split into words by systemd; $$ is a literal $ for the shell).
+printf '[Service]\nExecStartPre=\nExecStart=\nExecStart=/bin/sh -c %s sh $KUBELET_KUBECONFIG\nExecStop=\n' \
+  "'k=\$\${1#--kubeconfig=}; test -n \"\$\$1\" && test -s \"\$\$k\" && exec sleep infinity'" \
   >/etc/systemd/system/kubelet.service.d/90-test-standin.conf
 systemctl daemon-reload
 start=$(date +%s%N)
@@ -41,11 +44,25 @@ human=$(nodectl status)
 printf '%s\n' "$human" | sed 's/^/  | /'
 check "human status names the daemon state" grep -q "nodectld: ready" <<<"$human"
 
-echo "## sequencing: kubelet starts when the bootstrap kubeconfig arrives (inotify, no restart of nodectld)"
-cp /test/bootstrap-kubeconfig /etc/kubernetes/.kubeconfig.tmp && mv /etc/kubernetes/.kubeconfig.tmp /etc/kubernetes/kubeconfig
-check "kubelet becomes active" wait_until 15 sh -c '[ "$(systemctl is-active kubelet.service)" = active ]'
+echo "## sequencing: the bootstrap kubeconfig arrives (inotify); TLS bootstrap against the API double; kubelet starts"
+# The kube-apiserver double on loopback, approving after 9 s (longer than the 5 s a pass waits
+# for a request, so the status shows the wait).
+install -m 0755 /test/nodectl-apiserver-double /usr/local/bin/
+systemd-run --unit=apiserver-double --property=Type=exec /usr/local/bin/nodectl-apiserver-double \
+  --listen 127.0.0.1:6443 --token abcdef.0123456789abcdef --approval after:9 \
+  --write-bootstrap-kubeconfig /root/bootstrap-kubeconfig >/dev/null
+check "the API double is up" wait_until 10 test -s /root/bootstrap-kubeconfig
+cp /root/bootstrap-kubeconfig /etc/kubernetes/.kubeconfig.tmp && mv /etc/kubernetes/.kubeconfig.tmp /etc/kubernetes/kubeconfig
+check "status says it waits for approval of its request" wait_until 10 sh -c \
+  'nodectl status --json | jq -e ".steps[] | select(.id==\"kubelet-credentials\") | .waiting_for | test(\"certificate request node-csr-.* pending approval\")"'
+expect "kubelet not started before the node has its credentials" "$(systemctl is-active kubelet.service)" inactive
+check "kubelet becomes active once approved (9 s)" wait_until 20 sh -c '[ "$(systemctl is-active kubelet.service)" = active ]'
 check "status says converged" wait_until 10 sh -c 'nodectl status --json | jq -e ".daemon.status_line == \"node converged\""'
+expect "status shows the node's certificate" "$(nodectl status --json | jq -r .credentials.subject)" system:node:worker-1
+check "the double issued it to the bootstrap token's user" sh -c \
+  'journalctl -u apiserver-double -o cat | grep -q "^MODIFIED node-csr-.* by system:bootstrap:abcdef conditions=\[Approved\] issued"'
 expect "nodectld never restarted" "$(systemctl show -p NRestarts --value nodectld.service)" 0
+check "no token in nodectld's journal" sh -c '! journalctl -u nodectld -o cat | grep -q 0123456789abcdef'
 
 echo "## a converged pass changes nothing: no Reload, no restart (counted over D-Bus)"
 before=$(nodectl status --json | jq -c '.systemd_calls | {reload, restart, start}')
@@ -60,11 +77,11 @@ passes=$(nodectl status --json | jq .daemon.passes)
 systemctl stop kubelet.service
 check "status follows kubelet stopping without a pass (PropertiesChanged)" wait_until 10 sh -c '[ "$(nodectl status --json | jq -r .kubelet.active)" = inactive ]'
 expect "no pass ran for it" "$(nodectl status --json | jq .daemon.passes)" "$passes"
-mv /etc/kubernetes/kubeconfig /root/kubeconfig.saved        # the stand-in kubelet now exits 1
+mv /var/lib/kubelet/kubeconfig /root/kubeconfig.saved        # the stand-in kubelet now exits 1
 systemctl start kubelet.service
 check "a failing kubelet shows its failure reason" wait_until 20 sh -c 'nodectl status --json | jq -e ".kubelet_last_failure.reason | test(\"exit-code \\\\(exit status 1\\\\)\")"'
 nodectl status | grep Kubelet: | sed 's/^/  | /'
-mv /root/kubeconfig.saved /etc/kubernetes/kubeconfig
+mv /root/kubeconfig.saved /var/lib/kubelet/kubeconfig
 systemctl restart kubelet.service
 check "kubelet recovers" wait_until 20 sh -c '[ "$(systemctl is-active kubelet.service)" = active ]'
 
@@ -84,6 +101,14 @@ check "nobody can read status over D-Bus" setpriv --reuid=65534 --regid=65534 --
 out=$(setpriv --reuid=65534 --regid=65534 --clear-groups busctl call org.nodectl.Agent1 /org/nodectl/Agent1 org.nodectl.Agent1 Converge 2>&1)
 check "nobody cannot call Converge" grep -qi "access denied\|AccessDenied" <<<"$out"
 check "root can call Converge" nodectl converge
+
+echo "## after the bootstrap, the bootstrap kubeconfig may go (docs/security.md): the node stays converged"
+rm /etc/kubernetes/kubeconfig
+nodectl converge >/dev/null
+check "still converged without the bootstrap kubeconfig" wait_until 10 sh -c \
+  'nodectl status --json | jq -e ".daemon.status_line == \"node converged\" and (.steps[] | select(.id==\"kubelet-ca\") | .detail | test(\"/var/lib/kubelet/kubeconfig\"))"'
+expect "kubelet still active" "$(systemctl is-active kubelet.service)" active
+cp /root/bootstrap-kubeconfig /etc/kubernetes/kubeconfig
 
 echo "## SIGHUP and config changes converge again; SIGTERM stops cleanly"
 passes=$(nodectl status --json | jq .daemon.passes)

@@ -1,20 +1,24 @@
 #!/bin/bash
 # Tier 3, inside the VM (SELinux enforcing, MCS, podman, udev): kubelet from the rendered unit.
-#   K1  podman runs the stand-in kubelet image from nodectld's rendered kubelet.service (operator
-#       image override), SELinux enforcing; nodectl status shows it active; it stops on SIGTERM
+#   K1  TLS bootstrap against the kube-apiserver double (run in this VM on loopback): nodectld
+#       gets the node's certificate with the bootstrap token, then podman runs the stand-in
+#       kubelet image from nodectld's rendered kubelet.service (operator image override) with the
+#       node's own kubeconfig, SELinux enforcing; nodectl status shows kubelet active and the
+#       certificate's expiry; kubelet stops on SIGTERM
 #   K2  flannel: flannel.1 created without an address keeps its MAC with nodectld's link file;
 #       without it (provider changed away from flannel: nodectld removes the file) udev rewrites it
 # /test holds: check.sh, lib.sh, nodectld, nodectl, nodectld.service, org.nodectl.Agent1.conf,
-# worker.toml, bootstrap-kubeconfig, kubelet-standin/.
+# worker.toml, nodectl-apiserver-double, kubelet-standin/.
 . /test/check.sh
 . /test/lib.sh
 export NO_COLOR=1
 STANDIN=localhost/kubelet-standin:test
 
-echo "## K1: the stand-in kubelet image, run by podman from the rendered unit"
+echo "## K1: TLS bootstrap against the API double, then the stand-in kubelet image from the rendered unit"
 systemctl stop nodectld.service kubelet.service 2>/dev/null
-rm -rf /etc/kubernetes /var/lib/nodectl /etc/systemd/system/kubelet.service.d
+rm -rf /etc/kubernetes /var/lib/nodectl /etc/systemd/system/kubelet.service.d /var/lib/kubelet/pki /var/lib/kubelet/kubeconfig
 check "stand-in image built offline (podman import)" /test/kubelet-standin/build-image.sh $STANDIN
+check "the API double listens on 127.0.0.1:6443" start_apiserver_double
 install_nodectld /test/worker.toml
 # The operator's override, as Typhoon documents it: nodectld never touches it, and it wins.
 mkdir -p /etc/systemd/system/kubelet.service.d
@@ -22,9 +26,22 @@ printf '[Service]\nEnvironment=KUBELET_IMAGE=%s\n' $STANDIN >/etc/systemd/system
 systemctl daemon-reload
 check "nodectld starts" systemctl start nodectld.service
 expect "kubelet waits for its kubeconfig" "$(systemctl is-active kubelet.service)" inactive
-install -D -m 0600 /test/bootstrap-kubeconfig /etc/kubernetes/.kubeconfig.tmp && mv /etc/kubernetes/.kubeconfig.tmp /etc/kubernetes/kubeconfig
+install -D -m 0600 /root/bootstrap-kubeconfig /etc/kubernetes/.kubeconfig.tmp && mv /etc/kubernetes/.kubeconfig.tmp /etc/kubernetes/kubeconfig
 check "kubelet.service becomes active" wait_until 60 sh -c '[ "$(systemctl is-active kubelet.service)" = active ]'
-check "the stand-in reads its kubeconfig and runs" wait_until 60 sh -c 'journalctl -u kubelet.service --no-pager -o cat | grep -q "kubelet stand-in: read /etc/kubernetes/kubeconfig"'
+check "the double saw the request from the bootstrap token and issued it" \
+  grep -q "^MODIFIED node-csr-.* by system:bootstrap:abcdef conditions=\[Approved\] issued" /tmp/apiserver-double.log
+sed 's/^/  | double: /' /tmp/apiserver-double.log
+check "the stand-in runs with the node's own kubeconfig" wait_until 60 sh -c 'journalctl -u kubelet.service --no-pager -o cat | grep -q "kubelet stand-in: kubeconfig /var/lib/kubelet/kubeconfig"'
+expect "kubelet's env file gives it the node kubeconfig" "$(grep ^KUBELET_KUBECONFIG= /etc/kubernetes/kubelet.env)" "KUBELET_KUBECONFIG=--kubeconfig=/var/lib/kubelet/kubeconfig"
+check "kubelet never gets the bootstrap kubeconfig" sh -c "! podman inspect kubelet --format '{{.Args}}' | grep -q -- bootstrap-kubeconfig"
+expect "the node kubeconfig authenticates with the node certificate" \
+  "$(grep -c 'client-certificate: /var/lib/kubelet/pki/kubelet-client-current.pem' /var/lib/kubelet/kubeconfig) $(grep -c token /var/lib/kubelet/kubeconfig)" "1 0"
+expect "key and certificate 0600, their directory 0700" \
+  "$(stat -L -c %a /var/lib/kubelet/pki/kubelet-client-current.pem) $(stat -c %a /var/lib/kubelet/pki) $(stat -c %a /var/lib/kubelet/kubeconfig)" "600 700 600"
+expect "status shows the node's certificate" "$(nodectl status --json | jq -r .credentials.subject)" "system:node:worker-1"
+check "status shows its expiry (Typhoon's 72h)" sh -c 'nodectl status --json | jq -e ".credentials.expires_in_s > 71*3600 and .credentials.expires_in_s <= 72*3600"'
+nodectl status | grep -E 'Credentials:' | sed 's/^/  | /'
+check "nodectl status (human) shows the expiry" sh -c 'nodectl status | grep -q "Credentials: system:node:worker-1 valid until .* (in 7[01]h"'
 journalctl -u kubelet.service --no-pager -o cat | grep 'stand-in' | tail -2 | sed 's/^/  | /'
 expect "podman runs the operator's image as container 'kubelet'" "$(podman ps --filter name=^kubelet$ --format '{{.Image}}')" "$STANDIN"
 check "the command line is the rendered one (worker label, config)" sh -c \
@@ -36,6 +53,7 @@ start=$SECONDS
 check "kubelet stops on SIGTERM (podman stop)" systemctl stop kubelet.service
 expect "it stopped within 10 s, not after podman's timeout" "$([ $((SECONDS - start)) -lt 10 ] && echo yes || echo "no ($((SECONDS - start)) s)")" yes
 check "the stand-in saw SIGTERM" sh -c 'journalctl -u kubelet.service --no-pager -o cat | grep -q "SIGTERM, exiting"'
+stop_apiserver_double
 
 echo "## K2: flannel's MAC and nodectld's 50-flannel.link"
 modprobe vxlan >/dev/null 2>&1

@@ -33,3 +33,27 @@ busybox_image() {
 
 # step_field ID FIELD: a field of one step in `nodectl status --json`.
 step_field() { nodectl status --json | jq -r --arg id "$1" ".steps[] | select(.id == \$id) | .$2"; }
+
+# start_apiserver_double [ARGS...]: the kube-apiserver double (tests/apiserver-double) on
+# 127.0.0.1:6443 inside this machine, logging to /tmp/apiserver-double.log; its bootstrap
+# kubeconfig (Typhoon's form, token abcdef.0123456789abcdef) is written to
+# /root/bootstrap-kubeconfig. Never any other network.
+start_apiserver_double() {
+  stop_apiserver_double
+  install -m 0755 /test/nodectl-apiserver-double /usr/local/bin/
+  restorecon /usr/local/bin/nodectl-apiserver-double >/dev/null 2>&1
+  rm -f /root/bootstrap-kubeconfig
+  /usr/local/bin/nodectl-apiserver-double --listen 127.0.0.1:6443 --token abcdef.0123456789abcdef \
+    --write-bootstrap-kubeconfig /root/bootstrap-kubeconfig "$@" >/tmp/apiserver-double.log 2>&1 &
+  APISERVER_DOUBLE_PID=$!
+  for _ in $(seq 100); do [ -s /root/bootstrap-kubeconfig ] && return 0; sleep 0.1; done
+  echo "the API double did not start:" >&2; cat /tmp/apiserver-double.log >&2
+  return 1
+}
+
+stop_apiserver_double() {
+  if [ -n "${APISERVER_DOUBLE_PID:-}" ]; then
+    kill "$APISERVER_DOUBLE_PID" 2>/dev/null; wait "$APISERVER_DOUBLE_PID" 2>/dev/null
+    APISERVER_DOUBLE_PID=
+  fi
+}

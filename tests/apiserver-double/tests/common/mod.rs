@@ -53,6 +53,7 @@ pub async fn bootstrap(n: &Node, wait: Duration) -> Result<Issued, BootstrapErro
         kubeconfig: Path::new("/var/lib/kubelet/kubeconfig"),
         wait,
         on_request: None,
+        on_issued: None,
     }
     .run()
     .await
