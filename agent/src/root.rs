@@ -75,4 +75,22 @@ mod tests {
         );
         assert!(Root::host().is_host() && !Root::new("/tmp/x").is_host());
     }
+
+    #[test]
+    fn reads_follow_links_as_the_node_would() {
+        let (_d, r) = scratch_with("/var/lib/kubelet/pki/kubelet-client-1.pem", "cert");
+        // Absolute target: a node path, resolved under the root (not on the host).
+        std::os::unix::fs::symlink(
+            "/var/lib/kubelet/pki/kubelet-client-1.pem",
+            r.path("/var/lib/kubelet/pki/current.pem"),
+        )
+        .unwrap();
+        assert_eq!(r.read("/var/lib/kubelet/pki/current.pem").unwrap(), b"cert");
+        // Relative target: next to the link.
+        std::os::unix::fs::symlink("current.pem", r.path("/var/lib/kubelet/pki/rel.pem")).unwrap();
+        assert_eq!(r.read("/var/lib/kubelet/pki/rel.pem").unwrap(), b"cert");
+        // A loop is an error, not a hang.
+        std::os::unix::fs::symlink("/loop", r.path("/loop")).unwrap();
+        assert!(r.read("/loop").is_err());
+    }
 }
