@@ -21,6 +21,7 @@ pub mod kubeconfig;
 pub mod kubelet_credentials;
 pub mod load;
 pub mod logging;
+pub mod reboot;
 pub mod root;
 pub mod status;
 pub mod steps;

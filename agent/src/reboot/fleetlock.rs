@@ -1,0 +1,336 @@
+//! The FleetLock protocol (coreos/zincati `docs/development/fleetlock/protocol.md`), served by
+//! nodectld so that Zincati's `[updates.fleet_lock] base_url` points at the node itself:
+//!
+//! - `POST /v1/pre-reboot`: take (or keep) a reboot slot; `POST /v1/steady-state`: give it back;
+//! - header `fleet-lock-protocol: true` on every request;
+//! - body `{"client_params":{"id":"<non-empty>","group":"<^[a-zA-Z0-9.-]+$>"}}`;
+//! - 200 on success; otherwise 4xx/5xx with a JSON body `{"kind": ..., "value": ...}`, `kind`
+//!   low-cardinality.
+//!
+//! The decisions (slots, drain, readiness) are the [`Coordinator`]'s; this module checks
+//! requests and maps outcomes to the protocol.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures_util::future::BoxFuture;
+use http_body_util::{BodyExt, Full};
+use hyper::{Method, Request, Response, StatusCode};
+use serde::Deserialize;
+
+pub const PRE_REBOOT: &str = "/v1/pre-reboot";
+pub const STEADY_STATE: &str = "/v1/steady-state";
+pub const HEADER: &str = "fleet-lock-protocol";
+/// Bodies are a few dozen bytes; anything larger is refused unread.
+const MAX_BODY: usize = 64 * 1024;
+
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+pub struct ClientParams {
+    pub id: String,
+    pub group: String,
+}
+
+#[derive(Deserialize)]
+struct Body {
+    client_params: ClientParams,
+}
+
+/// A refusal: the HTTP status and the protocol's `kind`/`value`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refusal {
+    pub status: StatusCode,
+    pub kind: &'static str,
+    pub value: String,
+}
+
+impl Refusal {
+    pub fn new(status: StatusCode, kind: &'static str, value: impl Into<String>) -> Self {
+        Refusal {
+            status,
+            kind,
+            value: value.into(),
+        }
+    }
+}
+
+/// Every `kind` this endpoint answers with, and when (docs/reboot.md lists them too).
+pub const KINDS: &[(&str, u16, &str)] = &[
+    (
+        "not_found",
+        404,
+        "a path other than /v1/pre-reboot and /v1/steady-state",
+    ),
+    ("method_not_allowed", 405, "a method other than POST"),
+    (
+        "missing_header",
+        400,
+        "no `fleet-lock-protocol: true` header",
+    ),
+    ("decode_error", 400, "the body is not the protocol's JSON"),
+    ("invalid_id", 400, "client_params.id is empty"),
+    (
+        "invalid_group",
+        400,
+        "client_params.group does not match ^[a-zA-Z0-9.-]+$",
+    ),
+    (
+        "wrong_node",
+        403,
+        "the id is not this node's (the endpoint serves its own node only)",
+    ),
+    (
+        "lock_held",
+        423,
+        "every slot of the group is held (value: by whom)",
+    ),
+    (
+        "outside_window",
+        423,
+        "the group's reboot windows are closed now",
+    ),
+    (
+        "draining",
+        423,
+        "slot held, the node is still being drained",
+    ),
+    (
+        "not_ready",
+        423,
+        "steady-state before kubelet is active and the Node Ready: slot kept",
+    ),
+    (
+        "internal_error",
+        500,
+        "the API server or the agent failed (value: why)",
+    ),
+];
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    PreReboot,
+    SteadyState,
+}
+
+/// Checks a request against the protocol (pure).
+pub fn check(
+    method: &Method,
+    path: &str,
+    header: Option<&str>,
+    body: &[u8],
+) -> Result<(Op, ClientParams), Refusal> {
+    let op = match path {
+        PRE_REBOOT => Op::PreReboot,
+        STEADY_STATE => Op::SteadyState,
+        p => {
+            return Err(Refusal::new(
+                StatusCode::NOT_FOUND,
+                "not_found",
+                format!("{p}: not a FleetLock endpoint"),
+            ))
+        }
+    };
+    if method != Method::POST {
+        return Err(Refusal::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method_not_allowed",
+            format!("{method} {path}: only POST"),
+        ));
+    }
+    if header.map(str::trim) != Some("true") {
+        return Err(Refusal::new(
+            StatusCode::BAD_REQUEST,
+            "missing_header",
+            format!("the {HEADER}: true header is required"),
+        ));
+    }
+    let b: Body = serde_json::from_slice(body).map_err(|e| {
+        Refusal::new(
+            StatusCode::BAD_REQUEST,
+            "decode_error",
+            format!("expected {{\"client_params\":{{\"id\":...,\"group\":...}}}}: {e}"),
+        )
+    })?;
+    let p = b.client_params;
+    if p.id.is_empty() {
+        return Err(Refusal::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_id",
+            "client_params.id must not be empty",
+        ));
+    }
+    if !super::slots::valid_group(&p.group) {
+        return Err(Refusal::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_group",
+            format!(
+                "client_params.group {:?} must match ^[a-zA-Z0-9.-]+$",
+                p.group
+            ),
+        ));
+    }
+    Ok((op, p))
+}
+
+/// Decides pre-reboot and steady-state.
+pub trait Coordinator: Send + Sync + 'static {
+    /// `Ok(message)`: the reboot may proceed (200).
+    fn pre_reboot<'a>(&'a self, p: &'a ClientParams) -> BoxFuture<'a, Result<String, Refusal>>;
+    /// `Ok(message)`: the slot is released (or was not held) (200).
+    fn steady_state<'a>(&'a self, p: &'a ClientParams) -> BoxFuture<'a, Result<String, Refusal>>;
+}
+
+fn json_refusal(r: &Refusal) -> Response<Full<Bytes>> {
+    let body = serde_json::json!({"kind": r.kind, "value": r.value}).to_string();
+    Response::builder()
+        .status(r.status)
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(body)))
+        .expect("response")
+}
+
+/// Handles one HTTP request.
+pub async fn handle<C: Coordinator>(
+    c: Arc<C>,
+    req: Request<hyper::body::Incoming>,
+) -> Response<Full<Bytes>> {
+    let method = req.method().clone();
+    let path = req.uri().path().to_string();
+    let header = req
+        .headers()
+        .get(HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(String::from);
+    let body = match http_body_util::Limited::new(req.into_body(), MAX_BODY)
+        .collect()
+        .await
+    {
+        Ok(b) => b.to_bytes(),
+        Err(e) => {
+            return json_refusal(&Refusal::new(
+                StatusCode::BAD_REQUEST,
+                "decode_error",
+                format!("reading the body: {e}"),
+            ))
+        }
+    };
+    let (op, params) = match check(&method, &path, header.as_deref(), &body) {
+        Ok(x) => x,
+        Err(r) => {
+            tracing::warn!(kind = r.kind, path = %path, "FleetLock request refused: {}", r.value);
+            return json_refusal(&r);
+        }
+    };
+    let result = match op {
+        Op::PreReboot => c.pre_reboot(&params).await,
+        Op::SteadyState => c.steady_state(&params).await,
+    };
+    match result {
+        Ok(msg) => {
+            tracing::info!(op = ?op, id = %params.id, group = %params.group, "FleetLock: {msg}");
+            Response::builder()
+                .status(StatusCode::OK)
+                .header("content-type", "text/plain")
+                .body(Full::new(Bytes::from(msg)))
+                .expect("response")
+        }
+        Err(r) => {
+            tracing::info!(op = ?op, id = %params.id, group = %params.group, kind = r.kind, "FleetLock: {}", r.value);
+            json_refusal(&r)
+        }
+    }
+}
+
+/// Serves the protocol on `listener` until the task is dropped.
+pub async fn serve<C: Coordinator>(listener: tokio::net::TcpListener, c: Arc<C>) {
+    loop {
+        let Ok((tcp, _)) = listener.accept().await else {
+            continue;
+        };
+        let c = c.clone();
+        tokio::spawn(async move {
+            let svc = hyper::service::service_fn(move |req| {
+                let c = c.clone();
+                async move { Ok::<_, Infallible>(handle(c, req).await) }
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(hyper_util::rt::TokioIo::new(tcp), svc)
+                .await;
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const OK: &[u8] = br#"{"client_params":{"id":"abc","group":"default"}}"#;
+
+    fn kind(r: Result<(Op, ClientParams), Refusal>) -> &'static str {
+        r.err().map_or("ok", |r| r.kind)
+    }
+
+    #[test]
+    fn requests_are_checked_as_the_protocol_says() {
+        let post = Method::POST;
+        let (op, p) = check(&post, PRE_REBOOT, Some("true"), OK).unwrap();
+        assert_eq!(op, Op::PreReboot);
+        assert_eq!(
+            p,
+            ClientParams {
+                id: "abc".into(),
+                group: "default".into()
+            }
+        );
+        assert_eq!(
+            check(&post, STEADY_STATE, Some("true"), OK).unwrap().0,
+            Op::SteadyState
+        );
+        assert_eq!(
+            kind(check(&post, "/v1/other", Some("true"), OK)),
+            "not_found"
+        );
+        assert_eq!(
+            kind(check(&Method::GET, PRE_REBOOT, Some("true"), OK)),
+            "method_not_allowed"
+        );
+        assert_eq!(kind(check(&post, PRE_REBOOT, None, OK)), "missing_header");
+        assert_eq!(
+            kind(check(&post, PRE_REBOOT, Some("false"), OK)),
+            "missing_header"
+        );
+        assert_eq!(
+            kind(check(&post, PRE_REBOOT, Some("true"), b"{}")),
+            "decode_error"
+        );
+        assert_eq!(
+            kind(check(
+                &post,
+                PRE_REBOOT,
+                Some("true"),
+                br#"{"client_params":{"id":"","group":"default"}}"#
+            )),
+            "invalid_id"
+        );
+        assert_eq!(
+            kind(check(
+                &post,
+                PRE_REBOOT,
+                Some("true"),
+                br#"{"client_params":{"id":"a","group":"bad group"}}"#
+            )),
+            "invalid_group"
+        );
+        // Every kind the check produces is documented.
+        for k in [
+            "not_found",
+            "method_not_allowed",
+            "missing_header",
+            "decode_error",
+            "invalid_id",
+            "invalid_group",
+        ] {
+            assert!(KINDS.iter().any(|(n, _, _)| *n == k), "{k}");
+        }
+    }
+}

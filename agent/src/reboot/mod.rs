@@ -1,0 +1,5 @@
+//! Reboot coordination for auto-updates (issue 6, in progress): the FleetLock protocol Zincati
+//! speaks, and the group's reboot slots as a counting semaphore.
+
+pub mod fleetlock;
+pub mod slots;

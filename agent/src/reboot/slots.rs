@@ -1,0 +1,172 @@
+//! The reboot lock of a group as a counting semaphore (pure): up to `max` holders, each recorded
+//! with the node it reboots and when it took the slot. Recursive (a holder asking again keeps its
+//! slot, as FleetLock requires: Zincati holds no state across crashes), owned (only the holder
+//! releases), and self-healing: a slot whose holder stopped renewing it for longer than a limit,
+//! or whose node no longer exists, is reclaimed.
+//!
+//! Stored in a coordination.k8s.io/v1 Lease (see [`super::lease`]); this module only decides.
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Holder {
+    /// The FleetLock client id (Zincati's app-specific machine id) or, on Flatcar, the node name.
+    pub id: String,
+    /// The Kubernetes Node being rebooted.
+    pub node: String,
+    /// Unix seconds: when the slot was taken.
+    pub since: u64,
+    /// Unix seconds: when the holder last showed it is alive (pre-reboot again, nodectld start).
+    pub renewed: u64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Slots {
+    pub holders: Vec<Holder>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Acquire {
+    /// A new slot was taken.
+    Obtained,
+    /// The caller already held one (renewed).
+    Retained,
+    /// Every slot is held; by these ids.
+    Full { holders: Vec<String> },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Release {
+    Released,
+    /// Nothing held by that id (idempotent success for FleetLock's steady-state).
+    NotHeld,
+}
+
+impl Slots {
+    pub fn holds(&self, id: &str) -> bool {
+        self.holders.iter().any(|h| h.id == id)
+    }
+
+    /// Takes (or renews) a slot for `id` rebooting `node`.
+    pub fn acquire(&mut self, id: &str, node: &str, now: u64, max: usize) -> Acquire {
+        if let Some(h) = self.holders.iter_mut().find(|h| h.id == id) {
+            h.renewed = now;
+            h.node = node.to_string();
+            return Acquire::Retained;
+        }
+        if self.holders.len() >= max.max(1) {
+            return Acquire::Full {
+                holders: self.holders.iter().map(|h| h.id.clone()).collect(),
+            };
+        }
+        self.holders.push(Holder {
+            id: id.to_string(),
+            node: node.to_string(),
+            since: now,
+            renewed: now,
+        });
+        Acquire::Obtained
+    }
+
+    pub fn release(&mut self, id: &str) -> Release {
+        let before = self.holders.len();
+        self.holders.retain(|h| h.id != id);
+        if self.holders.len() < before {
+            Release::Released
+        } else {
+            Release::NotHeld
+        }
+    }
+
+    /// Removes and returns the slots whose holder has not renewed for `stale_after` seconds or
+    /// whose node does not exist.
+    pub fn reclaim(
+        &mut self,
+        now: u64,
+        stale_after: u64,
+        node_exists: impl Fn(&str) -> bool,
+    ) -> Vec<(Holder, String)> {
+        let mut gone = Vec::new();
+        self.holders.retain(|h| {
+            let why = if !node_exists(&h.node) {
+                Some(format!("node {} no longer exists", h.node))
+            } else if now.saturating_sub(h.renewed) > stale_after {
+                Some(format!(
+                    "not renewed for {} s (limit {stale_after} s)",
+                    now.saturating_sub(h.renewed)
+                ))
+            } else {
+                None
+            };
+            match why {
+                Some(w) => {
+                    gone.push((h.clone(), w));
+                    false
+                }
+                None => true,
+            }
+        });
+        gone
+    }
+}
+
+/// FleetLock's group syntax: `^[a-zA-Z0-9.-]+$`.
+pub fn valid_group(g: &str) -> bool {
+    !g.is_empty()
+        && g.chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '-')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_semaphore_of_n_recursive_and_owned() {
+        let mut s = Slots::default();
+        assert_eq!(s.acquire("a", "n1", 10, 2), Acquire::Obtained);
+        assert_eq!(s.acquire("a", "n1", 20, 2), Acquire::Retained);
+        assert_eq!(s.holders[0].since, 10);
+        assert_eq!(s.holders[0].renewed, 20);
+        assert_eq!(s.acquire("b", "n2", 21, 2), Acquire::Obtained);
+        assert_eq!(
+            s.acquire("c", "n3", 22, 2),
+            Acquire::Full {
+                holders: vec!["a".into(), "b".into()]
+            }
+        );
+        assert_eq!(s.release("c"), Release::NotHeld);
+        assert_eq!(s.release("a"), Release::Released);
+        assert_eq!(s.release("a"), Release::NotHeld);
+        assert_eq!(s.acquire("c", "n3", 23, 2), Acquire::Obtained);
+        // max 0 is treated as 1: a group can always reboot someone.
+        let mut one = Slots::default();
+        assert_eq!(one.acquire("x", "n", 0, 0), Acquire::Obtained);
+        assert!(matches!(one.acquire("y", "n", 0, 0), Acquire::Full { .. }));
+    }
+
+    #[test]
+    fn stale_holders_and_vanished_nodes_are_reclaimed() {
+        let mut s = Slots::default();
+        s.acquire("a", "n1", 0, 3);
+        s.acquire("b", "gone", 100, 3);
+        s.acquire("c", "n3", 3000, 3);
+        let out = s.reclaim(3700, 3600, |n| n != "gone");
+        let ids: Vec<&str> = out.iter().map(|(h, _)| h.id.as_str()).collect();
+        assert_eq!(ids, ["a", "b"]);
+        assert!(out[0].1.contains("not renewed for 3700 s"), "{}", out[0].1);
+        assert!(out[1].1.contains("node gone no longer exists"));
+        assert_eq!(s.holders.len(), 1);
+        assert!(s.holds("c"));
+    }
+
+    #[test]
+    fn groups_follow_the_protocol_syntax() {
+        for g in ["default", "workers-1", "a.b"] {
+            assert!(valid_group(g), "{g}");
+        }
+        for g in ["", "a b", "a/b", "ä", "a_b"] {
+            assert!(!valid_group(g), "{g}");
+        }
+    }
+}
