@@ -2,4 +2,5 @@
 //! speaks, and the group's reboot slots as a counting semaphore.
 
 pub mod fleetlock;
+pub mod lease;
 pub mod slots;

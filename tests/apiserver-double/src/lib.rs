@@ -99,6 +99,11 @@ struct State {
     signed: BTreeMap<String, std::time::Instant>,
     /// (CN, serial) of every certificate issued.
     issued: Vec<(String, Vec<u8>)>,
+    /// coordination.k8s.io/v1 Leases by (namespace, name), and every version ever stored.
+    leases: BTreeMap<(String, String), Value>,
+    lease_history: Vec<Value>,
+    /// Nodes by name.
+    nodes: BTreeMap<String, Value>,
 }
 
 struct Inner {
@@ -194,6 +199,9 @@ impl Double {
                 received: Vec::new(),
                 signed: BTreeMap::new(),
                 issued: Vec::new(),
+                leases: BTreeMap::new(),
+                lease_history: Vec::new(),
+                nodes: BTreeMap::new(),
             }),
             events,
             drop_watches,
@@ -310,6 +318,60 @@ impl Double {
     /// Approved issued`), for a process log.
     pub fn events(&self) -> EventLines {
         EventLines(self.inner.events.subscribe())
+    }
+
+    /// A kubeconfig authenticating as `user` in `groups` with a client certificate of the
+    /// double's CA (embedded data), as an admin or a node would hold.
+    pub fn client_kubeconfig(&self, user: &str, groups: &[&str]) -> anyhow::Result<String> {
+        let key = rcgen::KeyPair::generate()?;
+        let mut p = rcgen::CertificateParams::new(Vec::<String>::new())?;
+        p.distinguished_name.push(rcgen::DnType::CommonName, user);
+        for g in groups {
+            p.distinguished_name
+                .push(rcgen::DnType::OrganizationName, *g);
+        }
+        let now = std::time::SystemTime::now();
+        p.not_before = (now - Duration::from_secs(60)).into();
+        p.not_after = (now + Duration::from_secs(24 * 3600)).into();
+        p.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+        let issuer = rcgen::Issuer::from_params(&self.inner.ca_params, &self.inner.ca_key);
+        let cert = p.signed_by(&key, &issuer)?;
+        let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+        Ok(format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: double\n  cluster:\n    server: {}\n    certificate-authority-data: {}\nusers:\n- name: u\n  user:\n    client-certificate-data: {}\n    client-key-data: {}\ncontexts:\n- name: c\n  context:\n    cluster: double\n    user: u\ncurrent-context: c\n",
+            self.url(),
+            b64(&self.inner.ca_pem),
+            b64(&cert.pem()),
+            b64(&key.serialize_pem())
+        ))
+    }
+
+    /// Every version of every Lease ever stored, in order.
+    pub fn lease_history(&self) -> Vec<Value> {
+        self.inner
+            .state
+            .lock()
+            .expect("state")
+            .lease_history
+            .clone()
+    }
+
+    /// Adds (or replaces) a Node with its Ready condition.
+    pub fn set_node(&self, name: &str, ready: bool) {
+        let node = json!({"kind": "Node", "apiVersion": "v1",
+            "metadata": {"name": name},
+            "spec": {},
+            "status": {"conditions": [{"type": "Ready", "status": if ready {"True"} else {"False"}}]}});
+        self.inner
+            .state
+            .lock()
+            .expect("state")
+            .nodes
+            .insert(name.to_string(), node);
+    }
+
+    pub fn delete_node(&self, name: &str) {
+        self.inner.state.lock().expect("state").nodes.remove(name);
     }
 
     /// Closes every open watch stream, as a dropped connection would.
@@ -500,10 +562,138 @@ async fn handle(
                 ),
             }
         }
+        (_, p) if p.starts_with(LEASES) => leases(&inner, &user, req, p).await,
+        (Method::GET, p) if p.starts_with("/api/v1/nodes/") => {
+            let name = &p["/api/v1/nodes/".len()..];
+            match inner.state.lock().expect("state").nodes.get(name) {
+                Some(n) => reply(StatusCode::OK, n),
+                None => fail(
+                    StatusCode::NOT_FOUND,
+                    "NotFound",
+                    &format!("nodes \"{name}\" not found"),
+                ),
+            }
+        }
         _ => fail(
             StatusCode::NOT_FOUND,
             "NotFound",
             "the server could not find the requested resource",
+        ),
+    }
+}
+
+const LEASES: &str = "/apis/coordination.k8s.io/v1/namespaces/";
+
+/// Leases: get, create (409 AlreadyExists), update with optimistic concurrency (409 Conflict on a
+/// stale `metadata.resourceVersion`), as the API server does. Nodes and admins only.
+async fn leases(
+    inner: &Arc<Inner>,
+    user: &User,
+    req: Request<Incoming>,
+    path: &str,
+) -> Response<Body> {
+    let rest = &path[LEASES.len()..];
+    let (ns, name) = match rest.split('/').collect::<Vec<_>>()[..] {
+        [ns, "leases"] => (ns.to_string(), None),
+        [ns, "leases", name] => (ns.to_string(), Some(name.to_string())),
+        _ => {
+            return fail(
+                StatusCode::NOT_FOUND,
+                "NotFound",
+                "the server could not find the requested resource",
+            )
+        }
+    };
+    if !user
+        .groups
+        .iter()
+        .any(|g| g == "system:nodes" || g == "system:masters")
+    {
+        return fail(
+            StatusCode::FORBIDDEN,
+            "Forbidden",
+            &format!("leases.coordination.k8s.io is forbidden: User \"{}\" cannot access resource \"leases\" in API group \"coordination.k8s.io\" in the namespace \"{ns}\"", user.name),
+        );
+    }
+    let method = req.method().clone();
+    let body = req
+        .into_body()
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
+    let not_found = |n: &str| {
+        fail(
+            StatusCode::NOT_FOUND,
+            "NotFound",
+            &format!("leases.coordination.k8s.io \"{n}\" not found"),
+        )
+    };
+    let creating = method == Method::POST;
+    let mut st = inner.state.lock().expect("state");
+    match (method, name) {
+        (Method::GET, Some(n)) => match st.leases.get(&(ns, n.clone())) {
+            Some(l) => reply(StatusCode::OK, l),
+            None => not_found(&n),
+        },
+        (Method::POST, None) | (Method::PUT, Some(_)) => {
+            let Ok(mut obj) = serde_json::from_slice::<Value>(&body) else {
+                return fail(
+                    StatusCode::BAD_REQUEST,
+                    "BadRequest",
+                    "the body is not JSON",
+                );
+            };
+            let Some(n) = obj["metadata"]["name"].as_str().map(String::from) else {
+                return fail(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "Invalid",
+                    "metadata.name is required",
+                );
+            };
+            let key = (ns.clone(), n.clone());
+            match (st.leases.get(&key), creating) {
+                (Some(_), true) => {
+                    return fail(
+                        StatusCode::CONFLICT,
+                        "AlreadyExists",
+                        &format!("leases.coordination.k8s.io \"{n}\" already exists"),
+                    )
+                }
+                (None, false) => return not_found(&n),
+                (Some(cur), false) => {
+                    // No resourceVersion: an unconditional update, as upstream allows.
+                    let rv = &obj["metadata"]["resourceVersion"];
+                    if !rv.is_null() && *rv != cur["metadata"]["resourceVersion"] {
+                        return fail(
+                            StatusCode::CONFLICT,
+                            "Conflict",
+                            &format!("Operation cannot be fulfilled on leases.coordination.k8s.io \"{n}\": the object has been modified; please apply your changes to the latest version and try again"),
+                        );
+                    }
+                }
+                (None, true) => {}
+            }
+            st.rv += 1;
+            obj["metadata"]["resourceVersion"] = json!(st.rv.to_string());
+            obj["metadata"]["namespace"] = json!(ns);
+            obj["kind"] = json!("Lease");
+            obj["apiVersion"] = json!("coordination.k8s.io/v1");
+            st.leases.insert(key, obj.clone());
+            st.lease_history.push(obj.clone());
+            reply(
+                if creating {
+                    StatusCode::CREATED
+                } else {
+                    StatusCode::OK
+                },
+                &obj,
+            )
+        }
+        _ => fail(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "MethodNotAllowed",
+            "the server does not allow this method on the requested resource",
         ),
     }
 }

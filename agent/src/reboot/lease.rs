@@ -1,0 +1,152 @@
+//! A group's reboot slots stored in a coordination.k8s.io/v1 Lease, so the lock lives in the
+//! cluster's own replicated store: `reboot-<group>` in one namespace, the holders (id, node,
+//! since, renewed) in the annotation [`HOLDERS`], `spec.holderIdentity` the first holder (for
+//! `kubectl get lease`), `spec.leaseTransitions` counting slots taken. Every change is a
+//! read-modify-write with the object's `resourceVersion`: two nodes racing for the last slot
+//! cannot both win (the loser gets 409 Conflict, reads again, and finds the group full).
+
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use kube::api::{Api, PostParams};
+
+use super::slots::Slots;
+
+pub const HOLDERS: &str = "nodectl.io/reboot-holders";
+/// Read-modify-write attempts before giving up on a contended Lease.
+const ATTEMPTS: u32 = 20;
+
+#[derive(Debug, thiserror::Error)]
+pub enum LeaseError {
+    #[error("Lease {namespace}/{name}: {message}")]
+    Api {
+        namespace: String,
+        name: String,
+        message: String,
+    },
+    #[error("Lease {namespace}/{name}: annotation {HOLDERS} does not parse: {message}")]
+    Corrupt {
+        namespace: String,
+        name: String,
+        message: String,
+    },
+}
+
+pub struct LeaseLock {
+    api: Api<Lease>,
+    namespace: String,
+    name: String,
+}
+
+pub fn lease_name(group: &str) -> String {
+    format!("reboot-{group}")
+}
+
+fn slots_of(l: &Lease) -> Result<Slots, String> {
+    match l.metadata.annotations.as_ref().and_then(|a| a.get(HOLDERS)) {
+        None => Ok(Slots::default()),
+        Some(t) => serde_json::from_str(t).map_err(|e| e.to_string()),
+    }
+}
+
+impl LeaseLock {
+    pub fn new(client: kube::Client, namespace: &str, group: &str) -> Self {
+        LeaseLock {
+            api: Api::namespaced(client, namespace),
+            namespace: namespace.into(),
+            name: lease_name(group),
+        }
+    }
+
+    fn err(&self, e: impl std::fmt::Display) -> LeaseError {
+        LeaseError::Api {
+            namespace: self.namespace.clone(),
+            name: self.name.clone(),
+            message: e.to_string(),
+        }
+    }
+
+    /// The group's slots as stored now (empty when the Lease does not exist yet).
+    pub async fn read(&self) -> Result<Slots, LeaseError> {
+        match self
+            .api
+            .get_opt(&self.name)
+            .await
+            .map_err(|e| self.err(e))?
+        {
+            None => Ok(Slots::default()),
+            Some(l) => slots_of(&l).map_err(|message| LeaseError::Corrupt {
+                namespace: self.namespace.clone(),
+                name: self.name.clone(),
+                message,
+            }),
+        }
+    }
+
+    /// Applies `f` to the stored slots and writes the result (only when it changed), retrying
+    /// on conflicts. Returns `f`'s result from the attempt that was written.
+    pub async fn modify<R>(
+        &self,
+        mut f: impl FnMut(&mut Slots) -> R,
+    ) -> Result<(R, Slots), LeaseError> {
+        for attempt in 0..ATTEMPTS {
+            let current = self
+                .api
+                .get_opt(&self.name)
+                .await
+                .map_err(|e| self.err(e))?;
+            let mut slots = match &current {
+                None => Slots::default(),
+                Some(l) => slots_of(l).map_err(|message| LeaseError::Corrupt {
+                    namespace: self.namespace.clone(),
+                    name: self.name.clone(),
+                    message,
+                })?,
+            };
+            let before = slots.clone();
+            let r = f(&mut slots);
+            if slots == before && current.is_some() {
+                return Ok((r, slots));
+            }
+            let taken = slots
+                .holders
+                .iter()
+                .filter(|h| !before.holds(&h.id))
+                .count() as i32;
+            let mut lease = current.clone().unwrap_or_default();
+            lease.metadata.name = Some(self.name.clone());
+            lease
+                .metadata
+                .annotations
+                .get_or_insert_with(Default::default)
+                .insert(
+                    HOLDERS.into(),
+                    serde_json::to_string(&slots).expect("slots serialize"),
+                );
+            let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
+            spec.holder_identity = slots.holders.first().map(|h| h.id.clone());
+            spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0) + taken);
+            let written = match &current {
+                None => self.api.create(&PostParams::default(), &lease).await,
+                Some(_) => {
+                    self.api
+                        .replace(&self.name, &PostParams::default(), &lease)
+                        .await
+                }
+            };
+            match written {
+                Ok(_) => return Ok((r, slots)),
+                // Someone else wrote first: read again and decide again.
+                Err(kube::Error::Api(s)) if s.code == 409 => {
+                    let pause =
+                        5.0 + (crate::credentials::jitter() * 20.0 * f64::from(attempt + 1));
+                    tokio::time::sleep(Duration::from_millis(pause as u64)).await;
+                }
+                Err(e) => return Err(self.err(e)),
+            }
+        }
+        Err(self.err(format!(
+            "still conflicting after {ATTEMPTS} read-modify-write attempts"
+        )))
+    }
+}

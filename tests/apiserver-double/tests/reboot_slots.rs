@@ -1,0 +1,167 @@
+//! The reboot slots in a Lease on the double: contention, N slots, a vanished holder reclaimed,
+//! and 200 nodes rebooting through one group with N=3 (the Lease history never shows more than
+//! 3 holders; requests per node printed).
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use nodectl::reboot::lease::{LeaseLock, HOLDERS};
+use nodectl::reboot::slots::{Acquire, Release, Slots};
+use nodectl_apiserver_double::{Double, Options};
+
+fn now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+async fn lock(api: &Double, group: &str) -> LeaseLock {
+    let kc = api
+        .client_kubeconfig("system:node:sim", &["system:nodes"])
+        .unwrap();
+    LeaseLock::new(common::client_for(&kc).await, "nodectl-reboot", group)
+}
+
+fn holders_in(history: &[serde_json::Value]) -> Vec<Slots> {
+    history
+        .iter()
+        .map(|l| {
+            serde_json::from_str(l["metadata"]["annotations"][HOLDERS].as_str().unwrap()).unwrap()
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_nodes_contend_for_one_slot_and_n_2_lets_both_go() {
+    let api = Double::start(Options::default()).await.unwrap();
+    let l = lock(&api, "default").await;
+    let (a, _) = l.modify(|s| s.acquire("a", "n1", now(), 1)).await.unwrap();
+    assert_eq!(a, Acquire::Obtained);
+    let (b, _) = l.modify(|s| s.acquire("b", "n2", now(), 1)).await.unwrap();
+    assert_eq!(
+        b,
+        Acquire::Full {
+            holders: vec!["a".into()]
+        }
+    );
+    // Asking again is idempotent for the holder.
+    let (a2, _) = l.modify(|s| s.acquire("a", "n1", now(), 1)).await.unwrap();
+    assert_eq!(a2, Acquire::Retained);
+    let (r, _) = l.modify(|s| s.release("a")).await.unwrap();
+    assert_eq!(r, Release::Released);
+    let (b, _) = l.modify(|s| s.acquire("b", "n2", now(), 1)).await.unwrap();
+    assert_eq!(b, Acquire::Obtained);
+
+    // Another group with two slots: both go.
+    let w = lock(&api, "workers").await;
+    assert_eq!(
+        w.modify(|s| s.acquire("c", "n3", now(), 2))
+            .await
+            .unwrap()
+            .0,
+        Acquire::Obtained
+    );
+    assert_eq!(
+        w.modify(|s| s.acquire("d", "n4", now(), 2))
+            .await
+            .unwrap()
+            .0,
+        Acquire::Obtained
+    );
+    let stored = w.read().await.unwrap();
+    assert_eq!(stored.holders.len(), 2);
+    let history = api.lease_history();
+    let last = history.last().unwrap();
+    assert_eq!(last["metadata"]["name"], "reboot-workers");
+    assert_eq!(last["spec"]["holderIdentity"], "c");
+    assert_eq!(last["spec"]["leaseTransitions"], 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_whose_node_vanished_is_reclaimed() {
+    let api = Double::start(Options::default()).await.unwrap();
+    let l = lock(&api, "default").await;
+    l.modify(|s| s.acquire("a", "gone-node", now(), 1))
+        .await
+        .unwrap();
+    // The next request reclaims slots of nodes that no longer exist (here: none does).
+    let (out, slots) = l
+        .modify(|s| {
+            let gone = s.reclaim(now(), 3600, |n| n != "gone-node");
+            (gone, s.acquire("b", "n2", now(), 1))
+        })
+        .await
+        .unwrap();
+    assert_eq!(out.0.len(), 1);
+    assert!(out.0[0].1.contains("no longer exists"));
+    assert_eq!(out.1, Acquire::Obtained);
+    assert!(slots.holds("b") && !slots.holds("a"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_hundred_nodes_reboot_through_one_group_never_more_than_three_at_once() {
+    const NODES: usize = 200;
+    const SLOTS: usize = 3;
+    let api = Double::start(Options::default()).await.unwrap();
+    let l = Arc::new(lock(&api, "default").await);
+    let start = std::time::Instant::now();
+    let mut tasks = Vec::new();
+    for i in 0..NODES {
+        let l = l.clone();
+        tasks.push(tokio::spawn(async move {
+            let (id, node) = (format!("id-{i:03}"), format!("node-{i:03}"));
+            let mut requests = 0u32;
+            loop {
+                requests += 1;
+                let (got, _) = l
+                    .modify(|s| s.acquire(&id, &node, now(), SLOTS))
+                    .await
+                    .unwrap();
+                if got == Acquire::Obtained {
+                    break;
+                }
+                // Zincati asks again later (every 5 minutes; scaled down here).
+                let pause = 20 + (nodectl::credentials::jitter() * 30.0) as u64;
+                tokio::time::sleep(Duration::from_millis(pause)).await;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await; // the reboot
+            requests += 1;
+            let (r, _) = l.modify(|s| s.release(&id)).await.unwrap();
+            assert_eq!(r, Release::Released);
+            requests
+        }));
+    }
+    let mut per_node = Vec::new();
+    for t in tasks {
+        per_node.push(t.await.unwrap());
+    }
+    let history = api.lease_history();
+    let versions = holders_in(&history);
+    let max = versions.iter().map(|s| s.holders.len()).max().unwrap();
+    assert!(max <= SLOTS, "{max} holders at once");
+    assert_eq!(max, SLOTS, "the slots were never all used");
+    let mut ever: BTreeMap<String, usize> = BTreeMap::new();
+    for v in &versions {
+        for h in &v.holders {
+            *ever.entry(h.id.clone()).or_default() += 1;
+        }
+    }
+    assert_eq!(ever.len(), NODES, "every node held a slot once");
+    assert!(versions.last().unwrap().holders.is_empty());
+    per_node.sort_unstable();
+    let total: u32 = per_node.iter().sum();
+    println!(
+        "{NODES} nodes, {SLOTS} slots: {} Lease versions, {:.1} s; FleetLock requests per node: min {}, median {}, p95 {}, max {}, mean {:.1}",
+        history.len(),
+        start.elapsed().as_secs_f64(),
+        per_node[0],
+        per_node[NODES / 2],
+        per_node[NODES * 95 / 100],
+        per_node[NODES - 1],
+        f64::from(total) / NODES as f64
+    );
+}
