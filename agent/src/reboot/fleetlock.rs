@@ -85,11 +85,6 @@ pub const KINDS: &[(&str, u16, &str)] = &[
         "every slot of the group is held (value: by whom)",
     ),
     (
-        "outside_window",
-        423,
-        "the group's reboot windows are closed now",
-    ),
-    (
         "draining",
         423,
         "slot held, the node is still being drained",

@@ -104,6 +104,10 @@ struct State {
     lease_history: Vec<Value>,
     /// Nodes by name.
     nodes: BTreeMap<String, Value>,
+    /// Pods by (namespace, name).
+    pods: BTreeMap<(String, String), Value>,
+    /// Pods a PodDisruptionBudget protects now (eviction refused with 429).
+    protected: std::collections::BTreeSet<(String, String)>,
 }
 
 struct Inner {
@@ -116,6 +120,8 @@ struct Inner {
     events: broadcast::Sender<Event>,
     /// Bumped to close every open watch (a dropped connection mid-wait).
     drop_watches: broadcast::Sender<()>,
+    /// Closes every open connection (the server going down).
+    close_connections: broadcast::Sender<()>,
     ca_key: rcgen::KeyPair,
     ca_params: rcgen::CertificateParams,
     ca_pem: String,
@@ -188,6 +194,7 @@ impl Double {
         .build()?;
         let (events, _) = broadcast::channel(1024);
         let (drop_watches, _) = broadcast::channel(16);
+        let (close_connections, _) = broadcast::channel(16);
         let inner = Arc::new(Inner {
             opts: Mutex::new(opts),
             client_verifier: client_verifier.clone(),
@@ -202,9 +209,12 @@ impl Double {
                 leases: BTreeMap::new(),
                 lease_history: Vec::new(),
                 nodes: BTreeMap::new(),
+                pods: BTreeMap::new(),
+                protected: Default::default(),
             }),
             events,
             drop_watches,
+            close_connections,
             ca_pem: ca_cert.pem(),
             ca_key,
             ca_params,
@@ -243,6 +253,7 @@ impl Double {
     /// connections are left to end by themselves.)
     pub fn down(&mut self) {
         self.server.abort();
+        let _ = self.inner.close_connections.send(());
     }
 
     /// Listens again on the same address, with the same CA and state.
@@ -346,6 +357,71 @@ impl Double {
         ))
     }
 
+    /// Adds a running pod on `node`.
+    pub fn add_pod(&self, ns: &str, name: &str, node: &str, kind: PodKind) {
+        let mut pod = json!({"kind": "Pod", "apiVersion": "v1",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"nodeName": node, "terminationGracePeriodSeconds": 30},
+            "status": {"phase": "Running"}});
+        match kind {
+            PodKind::Plain => {
+                pod["metadata"]["ownerReferences"] = json!([{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "u1", "controller": true}])
+            }
+            PodKind::DaemonSet => {
+                pod["metadata"]["ownerReferences"] = json!([{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "ds", "uid": "u2", "controller": true}])
+            }
+            PodKind::Mirror => {
+                pod["metadata"]["annotations"] = json!({"kubernetes.io/config.mirror": "hash"})
+            }
+        }
+        self.inner
+            .state
+            .lock()
+            .expect("state")
+            .pods
+            .insert((ns.into(), name.into()), pod);
+    }
+
+    /// A PodDisruptionBudget protects (or stops protecting) this pod.
+    pub fn protect_pod(&self, ns: &str, name: &str, protected: bool) {
+        let mut st = self.inner.state.lock().expect("state");
+        let k = (ns.to_string(), name.to_string());
+        if protected {
+            st.protected.insert(k);
+        } else {
+            st.protected.remove(&k);
+        }
+    }
+
+    /// Names of the pods on `node`.
+    pub fn pods_on(&self, node: &str) -> Vec<String> {
+        self.inner
+            .state
+            .lock()
+            .expect("state")
+            .pods
+            .values()
+            .filter(|p| p["spec"]["nodeName"] == node)
+            .map(|p| {
+                p["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string()
+            })
+            .collect()
+    }
+
+    /// The Node as stored.
+    pub fn node(&self, name: &str) -> Option<Value> {
+        self.inner
+            .state
+            .lock()
+            .expect("state")
+            .nodes
+            .get(name)
+            .cloned()
+    }
+
     /// Every version of every Lease ever stored, in order.
     pub fn lease_history(&self) -> Vec<Value> {
         self.inner
@@ -362,12 +438,13 @@ impl Double {
             "metadata": {"name": name},
             "spec": {},
             "status": {"conditions": [{"type": "Ready", "status": if ready {"True"} else {"False"}}]}});
-        self.inner
-            .state
-            .lock()
-            .expect("state")
-            .nodes
-            .insert(name.to_string(), node);
+        let mut st = self.inner.state.lock().expect("state");
+        match st.nodes.get_mut(name) {
+            Some(n) => n["status"] = node["status"].clone(),
+            None => {
+                st.nodes.insert(name.to_string(), node);
+            }
+        }
     }
 
     pub fn delete_node(&self, name: &str) {
@@ -402,6 +479,7 @@ fn serve(
                 continue;
             };
             let (acceptor, inner) = (acceptor.clone(), srv_inner.clone());
+            let inner_closer = srv_inner.close_connections.clone();
             tokio::spawn(async move {
                 let Ok(tls) = acceptor.accept(tcp).await else {
                     return;
@@ -416,9 +494,12 @@ fn serve(
                     let (inner, peer) = (inner.clone(), peer.clone());
                     async move { Ok::<_, Infallible>(handle(inner, peer, req).await) }
                 });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(hyper_util::rt::TokioIo::new(tls), svc)
-                    .await;
+                let mut closed = inner_closer.subscribe();
+                tokio::select! {
+                    _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(hyper_util::rt::TokioIo::new(tls), svc) => {}
+                    _ = closed.recv() => {}
+                }
             });
         }
     })
@@ -574,6 +655,101 @@ async fn handle(
                 ),
             }
         }
+        (Method::PATCH, p) if p.starts_with("/api/v1/nodes/") => {
+            if !is_node_or_admin(&user) {
+                return fail(StatusCode::FORBIDDEN, "Forbidden", "nodes is forbidden");
+            }
+            let name = p["/api/v1/nodes/".len()..].to_string();
+            let body = req
+                .into_body()
+                .collect()
+                .await
+                .map(|b| b.to_bytes())
+                .unwrap_or_default();
+            let Ok(patch) = serde_json::from_slice::<Value>(&body) else {
+                return fail(
+                    StatusCode::BAD_REQUEST,
+                    "BadRequest",
+                    "the patch is not JSON",
+                );
+            };
+            let mut st = inner.state.lock().expect("state");
+            st.rv += 1;
+            let rv = st.rv;
+            match st.nodes.get_mut(&name) {
+                Some(n) => {
+                    merge_patch(n, &patch);
+                    n["metadata"]["resourceVersion"] = json!(rv.to_string());
+                    reply(StatusCode::OK, n)
+                }
+                None => fail(
+                    StatusCode::NOT_FOUND,
+                    "NotFound",
+                    &format!("nodes \"{name}\" not found"),
+                ),
+            }
+        }
+        (Method::GET, "/api/v1/pods") => {
+            if !is_node_or_admin(&user) {
+                return fail(StatusCode::FORBIDDEN, "Forbidden", "pods is forbidden");
+            }
+            let node = query
+                .get("fieldSelector")
+                .and_then(|f| f.strip_prefix("spec.nodeName="))
+                .map(String::from);
+            let st = inner.state.lock().expect("state");
+            let items: Vec<Value> = st
+                .pods
+                .values()
+                .filter(|p| node.as_deref().is_none_or(|n| p["spec"]["nodeName"] == n))
+                .cloned()
+                .collect();
+            reply(
+                StatusCode::OK,
+                &json!({"kind": "PodList", "apiVersion": "v1",
+                        "metadata": {"resourceVersion": st.rv.to_string()}, "items": items}),
+            )
+        }
+        (Method::POST, p) if p.starts_with("/api/v1/namespaces/") && p.ends_with("/eviction") => {
+            if !is_node_or_admin(&user) {
+                return fail(
+                    StatusCode::FORBIDDEN,
+                    "Forbidden",
+                    "pods/eviction is forbidden",
+                );
+            }
+            let parts: Vec<&str> = p.split('/').collect();
+            // ["", "api", "v1", "namespaces", ns, "pods", name, "eviction"]
+            let (ns, name) = match parts[..] {
+                [_, _, _, _, ns, "pods", name, "eviction"] => (ns.to_string(), name.to_string()),
+                _ => return fail(StatusCode::NOT_FOUND, "NotFound", "no such resource"),
+            };
+            let mut st = inner.state.lock().expect("state");
+            let key = (ns, name.clone());
+            if !st.pods.contains_key(&key) {
+                return fail(
+                    StatusCode::NOT_FOUND,
+                    "NotFound",
+                    &format!("pods \"{name}\" not found"),
+                );
+            }
+            if st.protected.contains(&key) {
+                // Upstream's answer when a PodDisruptionBudget does not allow the disruption.
+                let mut v = status(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "TooManyRequests",
+                    "Cannot evict pod as it would violate the pod's disruption budget.",
+                );
+                v["details"] = json!({"causes": [{"reason": "DisruptionBudget",
+                    "message": "The disruption budget needs 1 healthy pods and has 1 currently"}]});
+                return reply(StatusCode::TOO_MANY_REQUESTS, &v);
+            }
+            st.pods.remove(&key);
+            reply(
+                StatusCode::CREATED,
+                &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
+            )
+        }
         _ => fail(
             StatusCode::NOT_FOUND,
             "NotFound",
@@ -583,6 +759,43 @@ async fn handle(
 }
 
 const LEASES: &str = "/apis/coordination.k8s.io/v1/namespaces/";
+
+fn is_node_or_admin(u: &User) -> bool {
+    u.groups
+        .iter()
+        .any(|g| g == "system:nodes" || g == "system:masters")
+}
+
+/// RFC 7386 JSON merge patch.
+fn merge_patch(target: &mut Value, patch: &Value) {
+    match patch {
+        Value::Object(p) => {
+            if !target.is_object() {
+                *target = json!({});
+            }
+            let t = target.as_object_mut().expect("object");
+            for (k, v) in p {
+                if v.is_null() {
+                    t.remove(k);
+                } else {
+                    merge_patch(t.entry(k.clone()).or_insert(Value::Null), v);
+                }
+            }
+        }
+        v => *target = v.clone(),
+    }
+}
+
+/// What owns a pod, for the drain's skip rules.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PodKind {
+    /// A ReplicaSet's pod (evicted by a drain).
+    Plain,
+    /// A DaemonSet's pod (skipped: it would come back at once).
+    DaemonSet,
+    /// A static pod's mirror (skipped: the API cannot evict it).
+    Mirror,
+}
 
 /// Leases: get, create (409 AlreadyExists), update with optimistic concurrency (409 Conflict on a
 /// stale `metadata.resourceVersion`), as the API server does. Nodes and admins only.

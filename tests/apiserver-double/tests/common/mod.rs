@@ -61,6 +61,12 @@ pub async fn bootstrap(n: &Node, wait: Duration) -> Result<Issued, BootstrapErro
 
 /// A kube client from a kubeconfig's text (Typhoon's nameless context included).
 pub async fn client_for(kubeconfig: &str) -> kube::Client {
+    client_with(kubeconfig, true).await
+}
+
+/// As [`client_for`]; `retry: false` turns off kube's retries of 429/503/504 (the Eviction API's
+/// 429 is an answer, not a transient failure).
+pub async fn client_with(kubeconfig: &str, retry: bool) -> kube::Client {
     let kc = nodectl::kubeconfig::parse(kubeconfig, Path::new("kubeconfig")).unwrap();
     let context = kc
         .current_context
@@ -70,9 +76,10 @@ pub async fn client_for(kubeconfig: &str) -> kube::Client {
         context,
         ..Default::default()
     };
-    let cfg = kube::Config::from_custom_kubeconfig(kc, &opts)
+    let mut cfg = kube::Config::from_custom_kubeconfig(kc, &opts)
         .await
         .unwrap();
+    cfg.default_retry = retry;
     kube::Client::try_from(cfg).unwrap()
 }
 

@@ -1,0 +1,305 @@
+//! FleetLock decisions for this node, with the group's slots in a Lease ([`super::lease`]) and
+//! the drain through the API ([`super::drain`]):
+//!
+//! - pre-reboot: reclaim slots of vanished or stale holders (logged), take a slot, cordon, evict;
+//!   grant (200) only once the node is drained, or once the drain timeout since the slot was
+//!   taken has passed (the answer and the status say which); otherwise 423 `draining` and
+//!   Zincati asks again;
+//! - steady-state: release only when kubelet is active and the Node is Ready (else 423
+//!   `not_ready`, slot kept), uncordon first (only a cordon nodectld made).
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use futures_util::future::BoxFuture;
+use futures_util::FutureExt;
+use hyper::StatusCode;
+use serde::{Deserialize, Serialize};
+
+use super::drain::Drainer;
+use super::fleetlock::{ClientParams, Coordinator, Refusal};
+use super::lease::LeaseLock;
+use super::slots::{Acquire, Holder, Release};
+
+#[derive(Clone, Debug)]
+pub struct Policy {
+    pub namespace: String,
+    /// Concurrent reboots per group.
+    pub slots: usize,
+    /// A holder that has not renewed its slot for this long is reclaimed.
+    pub stale_after: Duration,
+    /// Grant the reboot anyway this long after the slot was taken, drained or not.
+    pub drain_timeout: Duration,
+    /// How long one pre-reboot request waits for evicted pods to go.
+    pub drain_wait: Duration,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Policy {
+            namespace: "nodectl-reboot".into(),
+            slots: 1,
+            stale_after: Duration::from_secs(3600),
+            drain_timeout: Duration::from_secs(600),
+            drain_wait: Duration::from_secs(30),
+        }
+    }
+}
+
+/// What `nodectl status` shows about reboots.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RebootStatus {
+    /// `idle`, `waiting-for-slot`, `draining`, `rebooting`, `waiting-for-ready`.
+    pub state: String,
+    pub detail: String,
+    pub group: Option<String>,
+    /// The group's holders as last seen.
+    pub holders: Vec<Holder>,
+}
+
+/// Is kubelet.service active (asked of systemd).
+pub type KubeletActive = Arc<dyn Fn() -> BoxFuture<'static, bool> + Send + Sync>;
+
+pub struct LeaseCoordinator {
+    client: kube::Client,
+    drainer: Drainer,
+    /// The FleetLock id this node answers to (Zincati's app-specific machine id).
+    node_id: String,
+    policy: Policy,
+    kubelet_active: KubeletActive,
+    status: Mutex<RebootStatus>,
+}
+
+fn now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs()
+}
+
+fn internal(e: impl std::fmt::Display) -> Refusal {
+    Refusal::new(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "internal_error",
+        e.to_string(),
+    )
+}
+
+impl LeaseCoordinator {
+    pub fn new(
+        client: kube::Client,
+        node: &str,
+        node_id: &str,
+        policy: Policy,
+        kubelet_active: KubeletActive,
+    ) -> Self {
+        LeaseCoordinator {
+            drainer: Drainer::new(client.clone(), node),
+            client,
+            node_id: node_id.into(),
+            policy,
+            kubelet_active,
+            status: Mutex::new(RebootStatus {
+                state: "idle".into(),
+                ..Default::default()
+            }),
+        }
+    }
+
+    pub fn status(&self) -> RebootStatus {
+        self.status.lock().expect("status").clone()
+    }
+
+    fn set(&self, state: &str, detail: String, group: &str, holders: Vec<Holder>) {
+        *self.status.lock().expect("status") = RebootStatus {
+            state: state.into(),
+            detail,
+            group: Some(group.into()),
+            holders,
+        };
+    }
+
+    fn ours(&self, p: &ClientParams) -> Result<(), Refusal> {
+        if p.id == self.node_id {
+            Ok(())
+        } else {
+            Err(Refusal::new(
+                StatusCode::FORBIDDEN,
+                "wrong_node",
+                format!(
+                    "id {:?} is not this node's ({}); point each node's Zincati at its own nodectld",
+                    p.id, self.drainer.node
+                ),
+            ))
+        }
+    }
+
+    async fn pre(&self, p: &ClientParams) -> Result<String, Refusal> {
+        self.ours(p)?;
+        let lock = LeaseLock::new(self.client.clone(), &self.policy.namespace, &p.group);
+        // Which holders' nodes still exist (asked before the read-modify-write, which is pure).
+        let current = lock.read().await.map_err(internal)?;
+        let mut gone = Vec::new();
+        for h in &current.holders {
+            if h.id != p.id
+                && self
+                    .drainer
+                    .ready(&h.node)
+                    .await
+                    .map_err(internal)?
+                    .is_none()
+            {
+                gone.push(h.node.clone());
+            }
+        }
+        let node = self.drainer.node.clone();
+        let stale = self.policy.stale_after.as_secs();
+        let ((reclaimed, got), slots) = lock
+            .modify(|s| {
+                let r = s.reclaim(now(), stale, |n| !gone.iter().any(|g| g == n));
+                (r, s.acquire(&p.id, &node, now(), self.policy.slots))
+            })
+            .await
+            .map_err(internal)?;
+        for (h, why) in &reclaimed {
+            tracing::warn!(group = %p.group, holder = %h.id, node = %h.node, "reclaimed the reboot slot of {} ({}): {why}", h.id, h.node);
+        }
+        if let Acquire::Full { holders } = &got {
+            let d = format!(
+                "every slot of group {} is held, by {}",
+                p.group,
+                holders.join(", ")
+            );
+            self.set("waiting-for-slot", d.clone(), &p.group, slots.holders);
+            return Err(Refusal::new(StatusCode::LOCKED, "lock_held", d));
+        }
+        let since = slots
+            .holders
+            .iter()
+            .find(|h| h.id == p.id)
+            .map_or(now(), |h| h.since);
+        self.drainer.cordon(true).await.map_err(internal)?;
+        let deadline = std::time::Instant::now() + self.policy.drain_wait;
+        let mut evicted = 0;
+        let progress = loop {
+            let pr = self.drainer.evict_round().await.map_err(internal)?;
+            evicted += pr.evicted.len();
+            if pr.done() || std::time::Instant::now() >= deadline {
+                break pr;
+            }
+            if pr.evicted.is_empty() && pr.terminating.is_empty() {
+                break pr; // only PDB-blocked pods: asking again now would not change that
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        };
+        if progress.done() {
+            let d = format!(
+                "drained ({evicted} pods evicted, {} left alone)",
+                progress.skipped
+            );
+            self.set("rebooting", d.clone(), &p.group, slots.holders);
+            return Ok(format!("reboot granted: {d}"));
+        }
+        let waited = now().saturating_sub(since);
+        let mut left = progress.blocked.clone();
+        left.extend(progress.terminating.iter().cloned());
+        if waited >= self.policy.drain_timeout.as_secs() {
+            let d = format!(
+                "drain timeout ({} s) reached, going ahead with {} pods left: {}",
+                self.policy.drain_timeout.as_secs(),
+                left.len(),
+                left.join(", ")
+            );
+            tracing::warn!(group = %p.group, "{d}");
+            self.set("rebooting", d.clone(), &p.group, slots.holders);
+            return Ok(format!("reboot granted: {d}"));
+        }
+        let d = format!(
+            "draining: {} pods left ({} blocked by PodDisruptionBudgets: {}); the reboot is granted when they are gone or in {} s",
+            left.len(),
+            progress.blocked.len(),
+            progress.blocked.join(", "),
+            self.policy.drain_timeout.as_secs() - waited
+        );
+        self.set("draining", d.clone(), &p.group, slots.holders);
+        Err(Refusal::new(StatusCode::LOCKED, "draining", d))
+    }
+
+    async fn steady(&self, p: &ClientParams) -> Result<String, Refusal> {
+        self.ours(p)?;
+        let lock = LeaseLock::new(self.client.clone(), &self.policy.namespace, &p.group);
+        let kubelet = (self.kubelet_active)().await;
+        let ready = self
+            .drainer
+            .ready(&self.drainer.node)
+            .await
+            .map_err(internal)?
+            == Some(true);
+        if !(kubelet && ready) {
+            let d = format!(
+                "waiting for kubelet active ({}) and Node {} Ready ({}) before releasing the slot",
+                if kubelet { "yes" } else { "no" },
+                self.drainer.node,
+                if ready { "yes" } else { "no" }
+            );
+            let holders = lock.read().await.map(|s| s.holders).unwrap_or_default();
+            self.set("waiting-for-ready", d.clone(), &p.group, holders);
+            return Err(Refusal::new(StatusCode::LOCKED, "not_ready", d));
+        }
+        self.drainer.cordon(false).await.map_err(internal)?;
+        let (r, slots) = lock.modify(|s| s.release(&p.id)).await.map_err(internal)?;
+        self.set("idle", String::new(), &p.group, slots.holders);
+        Ok(match r {
+            Release::Released => format!("slot of group {} released; node uncordoned", p.group),
+            Release::NotHeld => format!("no slot of group {} held", p.group),
+        })
+    }
+}
+
+impl Coordinator for LeaseCoordinator {
+    fn pre_reboot<'a>(&'a self, p: &'a ClientParams) -> BoxFuture<'a, Result<String, Refusal>> {
+        self.pre(p).boxed()
+    }
+    fn steady_state<'a>(&'a self, p: &'a ClientParams) -> BoxFuture<'a, Result<String, Refusal>> {
+        self.steady(p).boxed()
+    }
+}
+
+/// Zincati's client id: systemd's app-specific machine id for Zincati's app id
+/// (`sd_id128_get_machine_app_specific`): HMAC-SHA256 keyed with the machine id's 16 bytes over
+/// the app id's 16 bytes, first 16 bytes, as a version-4 UUID, in hex.
+pub fn zincati_id(machine_id_hex: &str) -> Option<String> {
+    const APP: &str = "de35106b6ec24688b63afddaa156679b";
+    let unhex = |s: &str| -> Option<Vec<u8>> {
+        let s = s.trim();
+        if s.len() != 32 {
+            return None;
+        }
+        (0..16)
+            .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).ok())
+            .collect()
+    };
+    let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &unhex(machine_id_hex)?);
+    let tag = ring::hmac::sign(&key, &unhex(APP)?);
+    let mut b = [0u8; 16];
+    b.copy_from_slice(&tag.as_ref()[..16]);
+    b[6] = (b[6] & 0x0F) | 0x40;
+    b[8] = (b[8] & 0x3F) | 0x80;
+    Some(b.iter().map(|x| format!("{x:02x}")).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zincati_ids_are_version_4_and_stable() {
+        let a = zincati_id("0123456789abcdef0123456789abcdef").unwrap();
+        assert_eq!(a.len(), 32);
+        assert_eq!(&a[12..13], "4", "{a}");
+        assert!(matches!(&a[16..17], "8" | "9" | "a" | "b"), "{a}");
+        assert_eq!(a, zincati_id("0123456789abcdef0123456789abcdef\n").unwrap());
+        assert_ne!(a, zincati_id("0123456789abcdef0123456789abcdee").unwrap());
+        assert_eq!(zincati_id("short"), None);
+    }
+}

@@ -1,0 +1,238 @@
+//! FleetLock end to end: a client written from the protocol text (zincati's
+//! docs/development/fleetlock/protocol.md: POST, `fleet-lock-protocol: true`, a JSON body with
+//! `client_params`, 200 or a JSON error with `kind` and `value`) drives two nodes' nodectld
+//! endpoints, whose slots, cordon and drain go to the API double. Every error kind is produced.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::FutureExt;
+use nodectl::reboot::coordinator::{LeaseCoordinator, Policy};
+use nodectl::reboot::fleetlock::{self, KINDS};
+use nodectl_apiserver_double::{Double, Options, PodKind};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// One request as the protocol describes it; returns (status, body).
+async fn post(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    header: bool,
+    body: &str,
+) -> (u16, String) {
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let h = if header {
+        "fleet-lock-protocol: true\r\n"
+    } else {
+        ""
+    };
+    let req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{h}Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.unwrap();
+    let status = out[9..12].parse().unwrap();
+    let body = out
+        .split_once("\r\n\r\n")
+        .map(|x| x.1.to_string())
+        .unwrap_or_default();
+    (status, body)
+}
+
+fn params(id: &str, group: &str) -> String {
+    format!(r#"{{"client_params":{{"id":"{id}","group":"{group}"}}}}"#)
+}
+
+fn kind(body: &str) -> String {
+    serde_json::from_str::<serde_json::Value>(body)
+        .map(|v| v["kind"].as_str().unwrap_or("").to_string())
+        .unwrap_or_default()
+}
+
+struct Endpoint {
+    addr: SocketAddr,
+    coordinator: Arc<LeaseCoordinator>,
+    kubelet: Arc<AtomicBool>,
+    _server: tokio::task::JoinHandle<()>,
+}
+
+async fn endpoint(api: &Double, node: &str, id: &str, policy: Policy) -> Endpoint {
+    let kc = api
+        .client_kubeconfig(&format!("system:node:{node}"), &["system:nodes"])
+        .unwrap();
+    let kubelet = Arc::new(AtomicBool::new(true));
+    let k = kubelet.clone();
+    let c = Arc::new(LeaseCoordinator::new(
+        common::client_with(&kc, false).await,
+        node,
+        id,
+        policy,
+        Arc::new(move || {
+            let v = k.load(Ordering::SeqCst);
+            async move { v }.boxed()
+        }),
+    ));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(fleetlock::serve(listener, c.clone()));
+    Endpoint {
+        addr,
+        coordinator: c,
+        kubelet,
+        _server: server,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zincati_drives_two_nodes_through_one_slot_with_drain_and_readiness() {
+    let mut api = Double::start(Options::default()).await.unwrap();
+    for n in ["n1", "n2"] {
+        api.set_node(n, true);
+    }
+    api.add_pod("apps", "web-1", "n1", PodKind::Plain);
+    api.add_pod("kube-system", "flannel-x", "n1", PodKind::DaemonSet);
+    api.add_pod("kube-system", "kube-apiserver-n1", "n1", PodKind::Mirror);
+    api.add_pod("apps", "db-0", "n2", PodKind::Plain);
+    api.protect_pod("apps", "db-0", true);
+    let policy = Policy {
+        drain_timeout: Duration::from_secs(2),
+        drain_wait: Duration::from_millis(200),
+        ..Policy::default()
+    };
+    let n1 = endpoint(&api, "n1", "id1", policy.clone()).await;
+    let n2 = endpoint(&api, "n2", "id2", policy).await;
+    let mut seen = BTreeSet::new();
+    let mut note = |status: u16, body: &str| {
+        if status != 200 {
+            seen.insert(kind(body));
+        }
+        (status, body.to_string())
+    };
+
+    // Requests the protocol refuses.
+    let ok = params("id1", "default");
+    let (s, b) = post(n1.addr, "GET", fleetlock::PRE_REBOOT, true, &ok).await;
+    assert_eq!((s, kind(&b)), (405, "method_not_allowed".into()), "{b}");
+    note(s, &b);
+    let (s, b) = post(n1.addr, "POST", fleetlock::PRE_REBOOT, false, &ok).await;
+    assert_eq!((s, kind(&b)), (400, "missing_header".into()));
+    note(s, &b);
+    let (s, b) = post(n1.addr, "POST", fleetlock::PRE_REBOOT, true, "{\"id\":1}").await;
+    assert_eq!((s, kind(&b)), (400, "decode_error".into()));
+    note(s, &b);
+    let (s, b) = post(
+        n1.addr,
+        "POST",
+        fleetlock::PRE_REBOOT,
+        true,
+        &params("", "default"),
+    )
+    .await;
+    assert_eq!((s, kind(&b)), (400, "invalid_id".into()));
+    note(s, &b);
+    let (s, b) = post(
+        n1.addr,
+        "POST",
+        fleetlock::PRE_REBOOT,
+        true,
+        &params("id1", "a b"),
+    )
+    .await;
+    assert_eq!((s, kind(&b)), (400, "invalid_group".into()));
+    note(s, &b);
+    let (s, b) = post(n1.addr, "POST", "/v1/lock", true, &ok).await;
+    assert_eq!((s, kind(&b)), (404, "not_found".into()));
+    note(s, &b);
+    let (s, b) = post(
+        n1.addr,
+        "POST",
+        fleetlock::PRE_REBOOT,
+        true,
+        &params("id2", "default"),
+    )
+    .await;
+    assert_eq!((s, kind(&b)), (403, "wrong_node".into()));
+    note(s, &b);
+
+    // n1 takes the slot: cordoned, its ReplicaSet pod evicted, DaemonSet and mirror pods left.
+    let (s, b) = post(n1.addr, "POST", fleetlock::PRE_REBOOT, true, &ok).await;
+    assert_eq!(s, 200, "{b}");
+    assert!(
+        b.contains("reboot granted: drained (1 pods evicted, 2 left alone)"),
+        "{b}"
+    );
+    let pods: BTreeSet<String> = api.pods_on("n1").into_iter().collect();
+    assert_eq!(
+        pods,
+        ["flannel-x", "kube-apiserver-n1"].map(String::from).into()
+    );
+    let node = api.node("n1").unwrap();
+    assert_eq!(node["spec"]["unschedulable"], true);
+    assert_eq!(n1.coordinator.status().state, "rebooting");
+    // Asking again (Zincati may) keeps the slot.
+    let (s, _) = post(n1.addr, "POST", fleetlock::PRE_REBOOT, true, &ok).await;
+    assert_eq!(s, 200);
+
+    // n2 waits: one slot.
+    let ok2 = params("id2", "default");
+    let (s, b) = post(n2.addr, "POST", fleetlock::PRE_REBOOT, true, &ok2).await;
+    assert_eq!((s, kind(&b)), (423, "lock_held".into()), "{b}");
+    assert!(b.contains("held, by id1"), "{b}");
+    note(s, &b);
+    assert_eq!(n2.coordinator.status().state, "waiting-for-slot");
+
+    // n1 comes back: steady-state before kubelet is up and the Node Ready keeps the slot.
+    api.set_node("n1", false);
+    n1.kubelet.store(false, Ordering::SeqCst);
+    let (s, b) = post(n1.addr, "POST", fleetlock::STEADY_STATE, true, &ok).await;
+    assert_eq!((s, kind(&b)), (423, "not_ready".into()), "{b}");
+    note(s, &b);
+    let (s, _) = post(n2.addr, "POST", fleetlock::PRE_REBOOT, true, &ok2).await;
+    assert_eq!(s, 423, "the slot was released before n1 was Ready");
+    n1.kubelet.store(true, Ordering::SeqCst);
+    api.set_node("n1", true);
+    let (s, b) = post(n1.addr, "POST", fleetlock::STEADY_STATE, true, &ok).await;
+    assert_eq!(s, 200, "{b}");
+    assert!(
+        api.node("n1").unwrap()["spec"]["unschedulable"].is_null(),
+        "uncordoned"
+    );
+    // Idempotent.
+    let (s, b) = post(n1.addr, "POST", fleetlock::STEADY_STATE, true, &ok).await;
+    assert_eq!(s, 200, "{b}");
+
+    // n2 gets the slot, but a PodDisruptionBudget blocks its drain until the timeout (2 s).
+    let (s, b) = post(n2.addr, "POST", fleetlock::PRE_REBOOT, true, &ok2).await;
+    assert_eq!((s, kind(&b)), (423, "draining".into()), "{b}");
+    assert!(b.contains("apps/db-0"), "{b}");
+    note(s, &b);
+    assert_eq!(n2.coordinator.status().state, "draining");
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    let (s, b) = post(n2.addr, "POST", fleetlock::PRE_REBOOT, true, &ok2).await;
+    assert_eq!(s, 200, "{b}");
+    assert!(
+        b.contains("drain timeout (2 s) reached, going ahead with 1 pods left: apps/db-0"),
+        "{b}"
+    );
+    assert_eq!(n2.coordinator.status().state, "rebooting");
+
+    // The API server unreachable: internal_error.
+    api.down();
+    let (s, b) = post(n2.addr, "POST", fleetlock::STEADY_STATE, true, &ok2).await;
+    assert_eq!((s, kind(&b)), (500, "internal_error".into()), "{b}");
+    note(s, &b);
+    api.up().await.unwrap();
+
+    let documented: BTreeSet<String> = KINDS.iter().map(|(k, _, _)| k.to_string()).collect();
+    assert_eq!(
+        seen, documented,
+        "every documented error kind is produced by some request"
+    );
+}
