@@ -99,56 +99,14 @@ impl Bootstrap<'_> {
     /// A client from the bootstrap kubeconfig or the node kubeconfig (its cluster CA is the
     /// only trust root).
     async fn client(&self) -> Result<(kube::Client, String, Vec<u8>), BootstrapError> {
-        let root = self.writer.root();
         let path = match self.via {
             Via::BootstrapToken => self.bootstrap_kubeconfig,
             Via::NodeCertificate => self.kubeconfig,
         };
-        let config =
-            |e: &dyn std::fmt::Display| BootstrapError::Config(format!("{}: {e}", path.display()));
-        let text = std::fs::read_to_string(root.path(path)).map_err(|e| config(&e))?;
-        let mut kc = crate::kubeconfig::parse(&text, path)
-            .map_err(|e| BootstrapError::Config(e.to_string()))?;
-        let ca = crate::kubeconfig::cluster_ca(root, path)
-            .map_err(|e| BootstrapError::Config(e.to_string()))?;
-        let server = crate::kubeconfig::cluster(&kc, path)
-            .ok()
-            .and_then(|c| c.cluster.as_ref().and_then(|c| c.server.clone()))
-            .ok_or_else(|| config(&"the cluster has no server"))?;
-        // Certificate and key files are node paths: read them through the root, hand them to
-        // the client as data.
-        for user in kc
-            .auth_infos
-            .iter_mut()
-            .filter_map(|a| a.auth_info.as_mut())
-        {
-            use base64::Engine as _;
-            let b64 = |p: &str| -> Result<String, BootstrapError> {
-                let bytes = root.read(p).map_err(|e| config(&format!("{p}: {e}")))?;
-                Ok(base64::engine::general_purpose::STANDARD.encode(bytes))
-            };
-            if let Some(p) = user.client_certificate.take() {
-                user.client_certificate_data = Some(b64(&p)?);
-            }
-            if let Some(p) = user.client_key.take() {
-                user.client_key_data = Some(b64(&p)?.into());
-            }
-        }
-        let context = kc
-            .current_context
-            .clone()
-            .or_else(|| kc.contexts.first().map(|c| c.name.clone()));
-        let opts = kube::config::KubeConfigOptions {
-            context,
-            ..Default::default()
-        };
-        let cfg = kube::Config::from_custom_kubeconfig(kc, &opts)
+        let c = crate::kubeconfig::connect(self.writer.root(), path, true)
             .await
-            .map_err(|e| {
-                BootstrapError::Config(format!("{}: {e}", self.bootstrap_kubeconfig.display()))
-            })?;
-        let client = kube::Client::try_from(cfg).map_err(api_err(&server, self.via))?;
-        Ok((client, server, ca))
+            .map_err(|e| BootstrapError::Config(e.to_string()))?;
+        Ok((c.client, c.server, c.ca))
     }
 
     /// Runs the bootstrap: key (kept while pending), request (reused after a crash), watch,

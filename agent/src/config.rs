@@ -29,6 +29,7 @@ pub enum Kind {
     Str,
     List,
     Bool,
+    Int,
 }
 
 /// Every key: (table, key, kind, what is expected). The docs test checks each appears in
@@ -88,6 +89,26 @@ pub const SCHEMA: &[(&str, &str, Kind, &str)] = &[
         Kind::Str,
         "\"off\", \"fleet-lock\" or \"update-engine\"",
     ),
+    (
+        "reboot",
+        "listen",
+        Kind::Str,
+        "an address:port for the FleetLock endpoint",
+    ),
+    (
+        "reboot",
+        "group_slots",
+        Kind::Int,
+        "a number of concurrent reboots >= 1",
+    ),
+    (
+        "reboot",
+        "namespace",
+        Kind::Str,
+        "a Kubernetes namespace name",
+    ),
+    ("reboot", "drain_timeout_secs", Kind::Int, "seconds >= 0"),
+    ("reboot", "stale_after_secs", Kind::Int, "seconds >= 60"),
     ("selinux", "relabel", Kind::List, "a list of absolute paths"),
 ];
 
@@ -173,6 +194,11 @@ pub struct SecretsFragment {
 #[derive(Debug, Default, Clone, PartialEq, Eq, Deserialize)]
 pub struct RebootFragment {
     pub strategy: Option<String>,
+    pub listen: Option<String>,
+    pub group_slots: Option<i64>,
+    pub namespace: Option<String>,
+    pub drain_timeout_secs: Option<i64>,
+    pub stale_after_secs: Option<i64>,
 }
 
 #[derive(Debug, Default, Clone, PartialEq, Eq, Deserialize)]
@@ -262,6 +288,7 @@ impl Fragment {
                     Kind::List => v.as_array().is_some_and(|a| a.iter().all(|x| x.is_str())),
                     Kind::Str => v.is_str(),
                     Kind::Bool => v.is_bool(),
+                    Kind::Int => v.is_integer(),
                 };
                 if !type_ok {
                     return Err(err(
@@ -310,7 +337,10 @@ impl Merged {
         );
         merge_fields!(self, frag, file, network: provider);
         merge_fields!(self, frag, file, secrets: inbox);
-        merge_fields!(self, frag, file, reboot: strategy);
+        merge_fields!(
+            self, frag, file,
+            reboot: strategy, listen, group_slots, namespace, drain_timeout_secs, stale_after_secs
+        );
         merge_fields!(self, frag, file, selinux: relabel);
         self.files.push(file.to_path_buf());
     }
@@ -391,6 +421,16 @@ pub enum RebootStrategy {
     UpdateEngine,
 }
 
+/// How reboots are coordinated (FleetLock endpoint, the group's Lease, the drain).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RebootPolicy {
+    pub listen: std::net::SocketAddr,
+    pub group_slots: u32,
+    pub namespace: String,
+    pub drain_timeout_secs: u64,
+    pub stale_after_secs: u64,
+}
+
 /// A taint as kubelet's `--register-with-taints` takes it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Taint(pub String);
@@ -413,6 +453,7 @@ pub struct Settings {
     pub network: Network,
     pub secrets_inbox: PathBuf,
     pub reboot: RebootStrategy,
+    pub reboot_policy: RebootPolicy,
     /// Trees kept at their managed labels (read first, written only where they differ).
     pub relabel: Vec<PathBuf>,
     /// The fragments that made these settings, in merge order.
@@ -605,6 +646,37 @@ impl Settings {
             "update-engine" => RebootStrategy::UpdateEngine,
             v => return Err(bad("reboot.strategy", v)),
         };
+        let int = |key: &str, v: Option<i64>, default: i64, min: i64| -> Result<i64, ConfigError> {
+            match v {
+                None => Ok(default),
+                Some(n) if n >= min => Ok(n),
+                Some(n) => Err(bad(key, &n.to_string())),
+            }
+        };
+        let listen_text = f.reboot.listen.as_deref().unwrap_or("127.0.0.1:9455");
+        let reboot_policy = RebootPolicy {
+            listen: listen_text
+                .parse()
+                .map_err(|_| bad("reboot.listen", listen_text))?,
+            group_slots: int("reboot.group_slots", f.reboot.group_slots, 1, 1)? as u32,
+            namespace: match f.reboot.namespace.as_deref() {
+                None => "nodectl-reboot".into(),
+                Some(n) if is_dns_label(n) => n.into(),
+                Some(n) => return Err(bad("reboot.namespace", n)),
+            },
+            drain_timeout_secs: int(
+                "reboot.drain_timeout_secs",
+                f.reboot.drain_timeout_secs,
+                600,
+                0,
+            )? as u64,
+            stale_after_secs: int(
+                "reboot.stale_after_secs",
+                f.reboot.stale_after_secs,
+                3600,
+                60,
+            )? as u64,
+        };
         let relabel = f
             .selinux
             .relabel
@@ -629,6 +701,7 @@ impl Settings {
             network,
             secrets_inbox,
             reboot,
+            reboot_policy,
             relabel,
             files: m.files.clone(),
         })

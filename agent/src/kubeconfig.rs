@@ -92,6 +92,66 @@ pub fn cluster<'k>(
     })
 }
 
+/// A client for a kubeconfig on the node, with what it talks to.
+pub struct Connection {
+    pub client: kube::Client,
+    pub server: String,
+    /// The cluster CA (PEM): the only trust root.
+    pub ca: Vec<u8>,
+}
+
+/// A kube client from the kubeconfig at `node_path`: Typhoon's nameless context accepted,
+/// certificate and key files (node paths, links followed) read through the root and handed to
+/// the client as data. `retry`: kube's retries of 429/503/504 (off for the Eviction API, whose
+/// 429 is an answer).
+pub async fn connect(
+    root: &Root,
+    node_path: &Path,
+    retry: bool,
+) -> Result<Connection, KubeconfigError> {
+    let text = std::fs::read_to_string(root.path(node_path))
+        .map_err(|e| err(node_path, format!("cannot read: {e}")))?;
+    let mut kc = parse(&text, node_path)?;
+    let ca = cluster_ca(root, node_path)?;
+    let server = cluster(&kc, node_path)?
+        .cluster
+        .as_ref()
+        .and_then(|c| c.server.clone())
+        .ok_or_else(|| err(node_path, "the cluster has no server"))?;
+    for user in kc
+        .auth_infos
+        .iter_mut()
+        .filter_map(|a| a.auth_info.as_mut())
+    {
+        let b64 = |p: &str| -> Result<String, KubeconfigError> {
+            let bytes = root
+                .read(p)
+                .map_err(|e| err(node_path, format!("{p}: {e}")))?;
+            Ok(base64::engine::general_purpose::STANDARD.encode(bytes))
+        };
+        if let Some(p) = user.client_certificate.take() {
+            user.client_certificate_data = Some(b64(&p)?);
+        }
+        if let Some(p) = user.client_key.take() {
+            user.client_key_data = Some(b64(&p)?.into());
+        }
+    }
+    let context = kc
+        .current_context
+        .clone()
+        .or_else(|| kc.contexts.first().map(|c| c.name.clone()));
+    let opts = kube::config::KubeConfigOptions {
+        context,
+        ..Default::default()
+    };
+    let mut cfg = kube::Config::from_custom_kubeconfig(kc, &opts)
+        .await
+        .map_err(|e| err(node_path, e.to_string()))?;
+    cfg.default_retry = retry;
+    let client = kube::Client::try_from(cfg).map_err(|e| err(node_path, e.to_string()))?;
+    Ok(Connection { client, server, ca })
+}
+
 /// The cluster CA certificates (PEM) of the kubeconfig at `node_path`: from
 /// `certificate-authority-data`, or the `certificate-authority` file (relative to the kubeconfig).
 pub fn cluster_ca(root: &Root, node_path: &Path) -> Result<Vec<u8>, KubeconfigError> {

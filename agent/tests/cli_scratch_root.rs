@@ -314,7 +314,7 @@ fn bootstrap_in_bundle(api: &nodectl_apiserver_double::Double) -> String {
     api.bootstrap_kubeconfig(TOKEN).trim_end().to_string()
 }
 
-/// One whose API server refuses connections (a controller's own, before kubelet runs it).
+/// A bootstrap kubeconfig nodectld never gets to use (the bundle carrying it is refused).
 const BOOTSTRAP_UNREACHABLE: &str = "apiVersion: v1\nkind: Config\nclusters:\n- name: local\n  cluster:\n    server: https://127.0.0.1:1\n    certificate-authority-data: LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCk1JSUJmYWtlCi0tLS0tRU5EIENFUlRJRklDQVRFLS0tLS0K\nusers:\n- name: kubelet\n  user:\n    token: abcdef.0123456789abcdef\ncontexts:\n- context:\n    cluster: local\n    user: kubelet";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -397,11 +397,14 @@ async fn controller_waits_for_its_bundle_then_places_it_and_starts_kubelet() {
 
 /// A controller's kubelet runs the API server it would ask for a certificate: it starts
 /// standalone (static pods only) while the request is retried.
-#[test]
-fn a_controller_starts_kubelet_standalone_until_its_certificate_is_issued() {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_controller_starts_kubelet_standalone_until_its_certificate_is_issued() {
+    // A valid cluster CA, but nothing listens at the server's address.
+    let api = apiserver().await;
+    let unreachable = bootstrap_in_bundle(&api).replace(&api.url(), "https://127.0.0.1:1");
     let d = controller_root();
     let r = d.path();
-    drop_bundle(r, "assets", &controller_bundle(BOOTSTRAP_UNREACHABLE));
+    drop_bundle(r, "assets", &controller_bundle(&unreachable));
     let (rc, out, err) = nodectl(r, &["apply"]);
     assert_eq!(rc, 0, "{out}");
     assert!(out.contains("node converged"), "{out}");
@@ -416,11 +419,7 @@ fn a_controller_starts_kubelet_standalone_until_its_certificate_is_issued() {
     // A worker in the same spot waits and does not start kubelet.
     let w = scratch(&example_worker());
     std::fs::create_dir_all(w.path().join("etc/kubernetes")).unwrap();
-    std::fs::write(
-        w.path().join("etc/kubernetes/kubeconfig"),
-        BOOTSTRAP_UNREACHABLE,
-    )
-    .unwrap();
+    std::fs::write(w.path().join("etc/kubernetes/kubeconfig"), &unreachable).unwrap();
     let (rc, out, _) = nodectl(w.path(), &["apply"]);
     assert_eq!(rc, 0, "{out}");
     assert!(out.contains("kubelet-credentials   waiting"), "{out}");
