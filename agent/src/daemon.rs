@@ -58,6 +58,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
             ..Status::default()
         }),
         wake: tx.clone(),
+        reboot: std::sync::Mutex::new(None),
     });
 
     let conn = if opts.serve_bus {
@@ -106,6 +107,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
     let engine = steps::engine();
 
     let mut trigger = Trigger::Startup;
+    let mut fleetlock: Option<tokio::task::JoinHandle<()>> = None;
     let mut passes = 0u64;
     loop {
         passes += 1;
@@ -113,10 +115,17 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         let loaded =
             load::host(&opts.root).and_then(|h| load::settings(&opts.root, &h).map(|s| (h, s)));
         watcher.update(&opts.root, loaded.as_ref().ok().map(|(_, s)| s));
+        let settings = loaded.as_ref().ok().map(|(_, s)| s.clone());
         let recheck = pass(
             &opts.root, loaded, &engine, &systemd, &shared, trigger, passes,
         )
         .await;
+        if let (None, Some(s)) = (&fleetlock, &settings) {
+            match start_fleetlock(&opts.root, s, &systemd, &shared).await {
+                Ok(t) => fleetlock = t,
+                Err(e) => tracing::error!("FleetLock endpoint not started: {e:#}"),
+            }
+        }
         // Wait for the next reason to run, without polling.
         let next = tokio::select! {
             t = rx.recv() => t,
@@ -145,8 +154,76 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
     if let Some(f) = follower {
         f.abort();
     }
+    if let Some(f) = fleetlock {
+        f.abort();
+    }
     drop(conn);
     Ok(())
+}
+
+/// With `reboot.strategy = "fleet-lock"` and the node's own credentials in place: serves the
+/// FleetLock protocol on `reboot.listen` for Zincati. `Ok(None)`: not (yet) wanted.
+async fn start_fleetlock(
+    root: &Root,
+    s: &Settings,
+    systemd: &Systemd,
+    shared: &Arc<Shared>,
+) -> anyhow::Result<Option<tokio::task::JoinHandle<()>>> {
+    use crate::reboot::coordinator::{zincati_id, LeaseCoordinator, Policy};
+    use futures_util::FutureExt;
+    if s.reboot != config::RebootStrategy::FleetLock || !root.path(&s.kubeconfig).is_file() {
+        return Ok(None);
+    }
+    let mid_path = root.path("/etc/machine-id");
+    let mid = std::fs::read_to_string(&mid_path)
+        .with_context(|| format!("reading {}", mid_path.display()))?;
+    let id = zincati_id(&mid)
+        .with_context(|| format!("{}: not 32 hexadecimal digits", mid_path.display()))?;
+    let p = &s.reboot_policy;
+    let policy = Policy {
+        namespace: p.namespace.clone(),
+        slots: p.group_slots as usize,
+        stale_after: Duration::from_secs(p.stale_after_secs),
+        drain_timeout: Duration::from_secs(p.drain_timeout_secs),
+        ..Policy::default()
+    };
+    let (croot, kubeconfig) = (root.clone(), s.kubeconfig.clone());
+    let connect: crate::reboot::coordinator::Connector = Arc::new(move || {
+        let (root, kubeconfig) = (croot.clone(), kubeconfig.clone());
+        async move {
+            crate::kubeconfig::connect(&root, &kubeconfig, false)
+                .await
+                .map(|c| c.client)
+                .map_err(|e| e.to_string())
+        }
+        .boxed()
+    });
+    let sd = systemd.clone();
+    let kubelet_active: crate::reboot::coordinator::KubeletActive = Arc::new(move || {
+        let sd = sd.clone();
+        async move {
+            sd.state(nodectl_units::kubelet::KUBELET_UNIT)
+                .await
+                .is_ok_and(|st| st.active == "active")
+        }
+        .boxed()
+    });
+    let c = Arc::new(LeaseCoordinator::new(
+        connect,
+        &s.node_name,
+        &id,
+        policy,
+        kubelet_active,
+    ));
+    let listener = tokio::net::TcpListener::bind(p.listen)
+        .await
+        .with_context(|| format!("listening on {} (reboot.listen)", p.listen))?;
+    c.set_endpoint(&format!("http://{}/", p.listen));
+    *shared.reboot.lock().expect("reboot") = Some(c.clone());
+    tracing::info!(listen = %p.listen, id = %id, "serving FleetLock for Zincati on http://{}/ (client id {id})", p.listen);
+    Ok(Some(tokio::spawn(crate::reboot::fleetlock::serve(
+        listener, c,
+    ))))
 }
 
 /// One pass: apply what was loaded, publish the status.

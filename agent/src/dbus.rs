@@ -44,6 +44,8 @@ impl Trigger {
 pub struct Shared {
     pub status: Mutex<Status>,
     pub wake: mpsc::UnboundedSender<Trigger>,
+    /// The FleetLock coordinator, once serving (its state is read at each GetStatus).
+    pub reboot: std::sync::Mutex<Option<Arc<crate::reboot::coordinator::LeaseCoordinator>>>,
 }
 
 pub struct Agent {
@@ -54,8 +56,11 @@ pub struct Agent {
 impl Agent {
     /// The whole status as JSON (schema in docs/status.md).
     async fn get_status(&self) -> String {
-        let st = self.shared.status.lock().await;
-        serde_json::to_string(&*st).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+        let mut st = self.shared.status.lock().await.clone();
+        if let Some(c) = self.shared.reboot.lock().expect("reboot").as_ref() {
+            st.reboot = Some(c.status());
+        }
+        serde_json::to_string(&st).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
     }
 
     /// Runs a convergence pass now. Root only.

@@ -33,6 +33,8 @@ pub struct Status {
     pub kubelet_last_failure: Option<Failure>,
     /// The node's client certificate (`/var/lib/kubelet/pki/kubelet-client-current.pem`).
     pub credentials: Option<Credentials>,
+    /// Reboot coordination (FleetLock), while nodectld serves it.
+    pub reboot: Option<crate::reboot::coordinator::RebootStatus>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -284,6 +286,32 @@ impl Status {
                 let _ = writeln!(o, "Credentials: none yet (TLS bootstrap pending)");
             }
             None => {}
+        }
+        if let Some(r) = &self.reboot {
+            let holders: Vec<String> = r
+                .holders
+                .iter()
+                .map(|h| format!("{} ({})", h.node, h.id))
+                .collect();
+            let _ = writeln!(
+                o,
+                "    Reboots: {}{} (FleetLock on {}{})",
+                r.state,
+                if r.detail.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {}", r.detail)
+                },
+                r.endpoint,
+                r.group.as_ref().map_or(String::new(), |g| format!(
+                    "; group {g} held by {}",
+                    if holders.is_empty() {
+                        "nobody".to_string()
+                    } else {
+                        holders.join(", ")
+                    }
+                ))
+            );
         }
         if !self.steps.is_empty() {
             o.push('\n');

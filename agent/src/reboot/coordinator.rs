@@ -49,6 +49,9 @@ impl Default for Policy {
 /// What `nodectl status` shows about reboots.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RebootStatus {
+    /// Where the FleetLock endpoint listens, and the client id it answers to.
+    pub endpoint: String,
+    pub id: String,
     /// `idle`, `waiting-for-slot`, `draining`, `rebooting`, `waiting-for-ready`.
     pub state: String,
     pub detail: String,
@@ -59,10 +62,13 @@ pub struct RebootStatus {
 
 /// Is kubelet.service active (asked of systemd).
 pub type KubeletActive = Arc<dyn Fn() -> BoxFuture<'static, bool> + Send + Sync>;
+/// A client with the node's current credentials (made per request: they rotate).
+pub type Connector =
+    Arc<dyn Fn() -> BoxFuture<'static, Result<kube::Client, String>> + Send + Sync>;
 
 pub struct LeaseCoordinator {
-    client: kube::Client,
-    drainer: Drainer,
+    connect: Connector,
+    node: String,
     /// The FleetLock id this node answers to (Zincati's app-specific machine id).
     node_id: String,
     policy: Policy,
@@ -87,23 +93,34 @@ fn internal(e: impl std::fmt::Display) -> Refusal {
 
 impl LeaseCoordinator {
     pub fn new(
-        client: kube::Client,
+        connect: Connector,
         node: &str,
         node_id: &str,
         policy: Policy,
         kubelet_active: KubeletActive,
     ) -> Self {
         LeaseCoordinator {
-            drainer: Drainer::new(client.clone(), node),
-            client,
+            connect,
+            node: node.into(),
             node_id: node_id.into(),
             policy,
             kubelet_active,
             status: Mutex::new(RebootStatus {
+                id: node_id.into(),
                 state: "idle".into(),
                 ..Default::default()
             }),
         }
+    }
+
+    /// Records where the endpoint listens (for status).
+    pub fn set_endpoint(&self, endpoint: &str) {
+        self.status.lock().expect("status").endpoint = endpoint.into();
+    }
+
+    async fn client(&self) -> Result<(kube::Client, Drainer), Refusal> {
+        let c = (self.connect)().await.map_err(internal)?;
+        Ok((c.clone(), Drainer::new(c, &self.node)))
     }
 
     pub fn status(&self) -> RebootStatus {
@@ -111,12 +128,11 @@ impl LeaseCoordinator {
     }
 
     fn set(&self, state: &str, detail: String, group: &str, holders: Vec<Holder>) {
-        *self.status.lock().expect("status") = RebootStatus {
-            state: state.into(),
-            detail,
-            group: Some(group.into()),
-            holders,
-        };
+        let mut st = self.status.lock().expect("status");
+        st.state = state.into();
+        st.detail = detail;
+        st.group = Some(group.into());
+        st.holders = holders;
     }
 
     fn ours(&self, p: &ClientParams) -> Result<(), Refusal> {
@@ -128,7 +144,7 @@ impl LeaseCoordinator {
                 "wrong_node",
                 format!(
                     "id {:?} is not this node's ({}); point each node's Zincati at its own nodectld",
-                    p.id, self.drainer.node
+                    p.id, self.node
                 ),
             ))
         }
@@ -136,23 +152,17 @@ impl LeaseCoordinator {
 
     async fn pre(&self, p: &ClientParams) -> Result<String, Refusal> {
         self.ours(p)?;
-        let lock = LeaseLock::new(self.client.clone(), &self.policy.namespace, &p.group);
+        let (client, drainer) = self.client().await?;
+        let lock = LeaseLock::new(client, &self.policy.namespace, &p.group);
         // Which holders' nodes still exist (asked before the read-modify-write, which is pure).
         let current = lock.read().await.map_err(internal)?;
         let mut gone = Vec::new();
         for h in &current.holders {
-            if h.id != p.id
-                && self
-                    .drainer
-                    .ready(&h.node)
-                    .await
-                    .map_err(internal)?
-                    .is_none()
-            {
+            if h.id != p.id && drainer.ready(&h.node).await.map_err(internal)?.is_none() {
                 gone.push(h.node.clone());
             }
         }
-        let node = self.drainer.node.clone();
+        let node = self.node.clone();
         let stale = self.policy.stale_after.as_secs();
         let ((reclaimed, got), slots) = lock
             .modify(|s| {
@@ -178,11 +188,11 @@ impl LeaseCoordinator {
             .iter()
             .find(|h| h.id == p.id)
             .map_or(now(), |h| h.since);
-        self.drainer.cordon(true).await.map_err(internal)?;
+        drainer.cordon(true).await.map_err(internal)?;
         let deadline = std::time::Instant::now() + self.policy.drain_wait;
         let mut evicted = 0;
         let progress = loop {
-            let pr = self.drainer.evict_round().await.map_err(internal)?;
+            let pr = drainer.evict_round().await.map_err(internal)?;
             evicted += pr.evicted.len();
             if pr.done() || std::time::Instant::now() >= deadline {
                 break pr;
@@ -227,26 +237,22 @@ impl LeaseCoordinator {
 
     async fn steady(&self, p: &ClientParams) -> Result<String, Refusal> {
         self.ours(p)?;
-        let lock = LeaseLock::new(self.client.clone(), &self.policy.namespace, &p.group);
+        let (client, drainer) = self.client().await?;
+        let lock = LeaseLock::new(client, &self.policy.namespace, &p.group);
         let kubelet = (self.kubelet_active)().await;
-        let ready = self
-            .drainer
-            .ready(&self.drainer.node)
-            .await
-            .map_err(internal)?
-            == Some(true);
+        let ready = drainer.ready(&self.node).await.map_err(internal)? == Some(true);
         if !(kubelet && ready) {
             let d = format!(
                 "waiting for kubelet active ({}) and Node {} Ready ({}) before releasing the slot",
                 if kubelet { "yes" } else { "no" },
-                self.drainer.node,
+                self.node,
                 if ready { "yes" } else { "no" }
             );
             let holders = lock.read().await.map(|s| s.holders).unwrap_or_default();
             self.set("waiting-for-ready", d.clone(), &p.group, holders);
             return Err(Refusal::new(StatusCode::LOCKED, "not_ready", d));
         }
-        self.drainer.cordon(false).await.map_err(internal)?;
+        drainer.cordon(false).await.map_err(internal)?;
         let (r, slots) = lock.modify(|s| s.release(&p.id)).await.map_err(internal)?;
         self.set("idle", String::new(), &p.group, slots.holders);
         Ok(match r {

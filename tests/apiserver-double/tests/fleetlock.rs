@@ -69,8 +69,12 @@ async fn endpoint(api: &Double, node: &str, id: &str, policy: Policy) -> Endpoin
         .unwrap();
     let kubelet = Arc::new(AtomicBool::new(true));
     let k = kubelet.clone();
+    let client = common::client_with(&kc, false).await;
     let c = Arc::new(LeaseCoordinator::new(
-        common::client_with(&kc, false).await,
+        Arc::new(move || {
+            let c = client.clone();
+            async move { Ok(c) }.boxed()
+        }),
         node,
         id,
         policy,

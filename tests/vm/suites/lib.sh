@@ -45,15 +45,17 @@ start_apiserver_double() {
   rm -f /root/bootstrap-kubeconfig
   /usr/local/bin/nodectl-apiserver-double --listen 127.0.0.1:6443 --token abcdef.0123456789abcdef \
     --write-bootstrap-kubeconfig /root/bootstrap-kubeconfig "$@" >/tmp/apiserver-double.log 2>&1 &
-  APISERVER_DOUBLE_PID=$!
+  # (a file, not a variable: callers run this under `check`, in a subshell)
+  echo $! >/run/apiserver-double.pid
   for _ in $(seq 100); do [ -s /root/bootstrap-kubeconfig ] && return 0; sleep 0.1; done
   echo "the API double did not start:" >&2; cat /tmp/apiserver-double.log >&2
   return 1
 }
 
 stop_apiserver_double() {
-  if [ -n "${APISERVER_DOUBLE_PID:-}" ]; then
-    kill "$APISERVER_DOUBLE_PID" 2>/dev/null; wait "$APISERVER_DOUBLE_PID" 2>/dev/null
-    APISERVER_DOUBLE_PID=
-  fi
+  local pid
+  pid=$(cat /run/apiserver-double.pid 2>/dev/null) || return 0
+  kill "$pid" 2>/dev/null
+  for _ in $(seq 50); do [ -d "/proc/$pid" ] || break; sleep 0.1; done
+  rm -f /run/apiserver-double.pid
 }
