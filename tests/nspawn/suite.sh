@@ -49,7 +49,7 @@ echo "## sequencing: the bootstrap kubeconfig arrives (inotify); TLS bootstrap a
 # for a request, so the status shows the wait).
 install -m 0755 /test/nodectl-apiserver-double /usr/local/bin/
 systemd-run --unit=apiserver-double --property=Type=exec /usr/local/bin/nodectl-apiserver-double \
-  --listen 127.0.0.1:6443 --token abcdef.0123456789abcdef --approval after:9 \
+  --listen 127.0.0.1:6443 --token abcdef.0123456789abcdef --approval after:9 --node worker-1 \
   --write-bootstrap-kubeconfig /root/bootstrap-kubeconfig >/dev/null
 check "the API double is up" wait_until 10 test -s /root/bootstrap-kubeconfig
 cp /root/bootstrap-kubeconfig /etc/kubernetes/.kubeconfig.tmp && mv /etc/kubernetes/.kubeconfig.tmp /etc/kubernetes/kubeconfig
@@ -109,6 +109,32 @@ check "still converged without the bootstrap kubeconfig" wait_until 10 sh -c \
   'nodectl status --json | jq -e ".daemon.status_line == \"node converged\" and (.steps[] | select(.id==\"kubelet-ca\") | .detail | test(\"/var/lib/kubelet/kubeconfig\"))"'
 expect "kubelet still active" "$(systemctl is-active kubelet.service)" active
 cp /root/bootstrap-kubeconfig /etc/kubernetes/kubeconfig
+
+echo "## FleetLock for Zincati: served once the node has its credentials; slots in a Lease on the API"
+printf '[reboot]\nstrategy = "fleet-lock"\n' >/etc/nodectl/config.d/30-reboot.toml
+check "nodectld serves FleetLock on 127.0.0.1:9455" wait_until 10 sh -c \
+  'nodectl status --json | jq -e ".reboot.endpoint == \"http://127.0.0.1:9455/\""'
+id=$(nodectl status --json | jq -r .reboot.id)
+# A FleetLock client from the protocol text, in bash: POST, the header, the JSON body.
+fleetlock() { # PATH ID -> the HTTP response
+  local body="{\"client_params\":{\"id\":\"$2\",\"group\":\"default\"}}"
+  exec 3<>/dev/tcp/127.0.0.1/9455
+  printf 'POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nfleet-lock-protocol: true\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s' "$1" "${#body}" "$body" >&3
+  cat <&3
+  exec 3<&-
+}
+out=$(fleetlock /v1/pre-reboot "$id")
+printf '%s\n' "$out" | tail -1 | sed 's/^/  | /'
+check "pre-reboot with this node's id is granted (nothing to drain)" grep -q '^HTTP/1.1 200' <<<"$out"
+expect "status: rebooting" "$(nodectl status --json | jq -r .reboot.state)" rebooting
+expect "the group's Lease holds this node" "$(nodectl status --json | jq -r '.reboot.holders[0].node')" worker-1
+out=$(fleetlock /v1/pre-reboot 0123456789abcdef0123456789abcdef)
+check "another node's id is refused (wrong_node)" grep -q '"kind":"wrong_node"' <<<"$out"
+out=$(fleetlock /v1/steady-state "$id")
+check "steady-state with kubelet active and the Node Ready releases the slot" grep -q '^HTTP/1.1 200' <<<"$out"
+expect "status: idle, no holders" "$(nodectl status --json | jq -c '[.reboot.state, (.reboot.holders | length)]')" '["idle",0]'
+nodectl status | grep 'Reboots:' | sed 's/^/  | /'
+rm /etc/nodectl/config.d/30-reboot.toml
 
 echo "## SIGHUP and config changes converge again; SIGTERM stops cleanly"
 passes=$(nodectl status --json | jq .daemon.passes)

@@ -25,6 +25,9 @@ struct Args {
     /// auto | after:<seconds> | manual | deny:<message> | fail:<message>
     #[arg(long, default_value = "auto")]
     approval: String,
+    /// A Ready Node of this name (repeatable), for reboot coordination.
+    #[arg(long = "node")]
+    nodes: Vec<String>,
     /// Write a bootstrap kubeconfig (first token) here once listening.
     #[arg(long)]
     write_bootstrap_kubeconfig: Option<std::path::PathBuf>,
@@ -52,6 +55,9 @@ async fn main() -> anyhow::Result<()> {
         approval: approval(&args.approval)?,
     };
     let double = Double::start_on(args.listen, opts).await?;
+    for n in &args.nodes {
+        double.set_node(n, true);
+    }
     if let Some(p) = &args.write_bootstrap_kubeconfig {
         let tmp = p.with_extension("tmp");
         std::fs::write(&tmp, double.bootstrap_kubeconfig(&args.tokens[0]))
