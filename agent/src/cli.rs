@@ -52,6 +52,22 @@ pub enum Command {
     },
     /// Ask nodectld to run a pass now (root only).
     Converge,
+    /// The group's reboot lock (a Lease; docs/reboot.md).
+    RebootLock {
+        #[command(subcommand)]
+        action: RebootLockAction,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum RebootLockAction {
+    /// Free a stuck slot (root only): a holder whose update failed, a node gone for good.
+    Release {
+        /// The holder: its FleetLock client id or its node name.
+        holder: String,
+        #[arg(long, default_value = "default")]
+        group: String,
+    },
 }
 
 async fn systemd_for(root: &Root) -> anyhow::Result<Systemd> {
@@ -138,6 +154,20 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
                 .await
                 .context("asking nodectld to converge")?;
             println!("nodectld is converging; see `nodectl status`.");
+            Ok(0)
+        }
+        Command::RebootLock {
+            action: RebootLockAction::Release { holder, group },
+        } => {
+            let conn = zbus::Connection::system()
+                .await
+                .context("connecting to the system bus")?;
+            let agent = Agent1Proxy::new(&conn).await?;
+            let msg = agent
+                .release_reboot_slot(&group, &holder)
+                .await
+                .context("asking nodectld to release the slot")?;
+            println!("{msg}");
             Ok(0)
         }
         Command::Status { json } => {

@@ -81,6 +81,31 @@ impl Agent {
             .map_err(|_| zbus::fdo::Error::Failed("nodectld is stopping".into()))
     }
 
+    /// Frees a reboot slot of `group` held by `holder` (client id or node name). Root only.
+    async fn release_reboot_slot(
+        &self,
+        group: String,
+        holder: String,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &zbus::Connection,
+    ) -> zbus::fdo::Result<String> {
+        let uid = caller_uid(&hdr, conn).await?;
+        if uid != 0 {
+            return Err(zbus::fdo::Error::AccessDenied(format!(
+                "ReleaseRebootSlot changes the cluster's reboot lock: root only (caller uid {uid})"
+            )));
+        }
+        let c = self.shared.reboot.lock().expect("reboot").clone();
+        let Some(c) = c else {
+            return Err(zbus::fdo::Error::Failed(
+                "nodectld does not serve FleetLock (reboot.strategy is not fleet-lock, or the node has no credentials yet)".into(),
+            ));
+        };
+        c.release_slot(&group, &holder)
+            .await
+            .map_err(zbus::fdo::Error::Failed)
+    }
+
     /// `starting`, `converging`, `ready` or `stopping`.
     #[zbus(property)]
     async fn state(&self) -> String {
@@ -104,6 +129,7 @@ async fn caller_uid(hdr: &Header<'_>, conn: &zbus::Connection) -> zbus::fdo::Res
 pub trait Agent1 {
     fn get_status(&self) -> zbus::Result<String>;
     fn converge(&self) -> zbus::Result<()>;
+    fn release_reboot_slot(&self, group: &str, holder: &str) -> zbus::Result<String>;
     #[zbus(property)]
     fn state(&self) -> zbus::Result<String>;
 }

@@ -130,6 +130,12 @@ expect "status: rebooting" "$(nodectl status --json | jq -r .reboot.state)" rebo
 expect "the group's Lease holds this node" "$(nodectl status --json | jq -r '.reboot.holders[0].node')" worker-1
 out=$(fleetlock /v1/pre-reboot 0123456789abcdef0123456789abcdef)
 check "another node's id is refused (wrong_node)" grep -q '"kind":"wrong_node"' <<<"$out"
+out=$(setpriv --reuid=65534 --regid=65534 --clear-groups nodectl reboot-lock release worker-1 2>&1)
+check "nobody cannot free a slot" grep -qi "access denied\|AccessDenied" <<<"$out"
+check "root frees a stuck slot: nodectl reboot-lock release" nodectl reboot-lock release worker-1
+expect "the Lease has no holder now" "$(nodectl status --json | jq '.reboot.holders | length')" 0
+out=$(fleetlock /v1/pre-reboot "$id")
+check "pre-reboot again takes the slot again" grep -q '^HTTP/1.1 200' <<<"$out"
 out=$(fleetlock /v1/steady-state "$id")
 check "steady-state with kubelet active and the Node Ready releases the slot" grep -q '^HTTP/1.1 200' <<<"$out"
 expect "status: idle, no holders" "$(nodectl status --json | jq -c '[.reboot.state, (.reboot.holders | length)]')" '["idle",0]'

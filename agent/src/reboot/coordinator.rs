@@ -235,6 +235,40 @@ impl LeaseCoordinator {
         Err(Refusal::new(StatusCode::LOCKED, "draining", d))
     }
 
+    /// An operator frees a slot of `group` held by `holder` (a client id or a node name).
+    pub async fn release_slot(&self, group: &str, holder: &str) -> Result<String, String> {
+        if !super::slots::valid_group(group) {
+            return Err(format!("group {group:?} must match ^[a-zA-Z0-9.-]+$"));
+        }
+        let (client, _) = self.client().await.map_err(|r| r.value)?;
+        let lock = LeaseLock::new(client, &self.policy.namespace, group);
+        let (freed, slots) = lock
+            .modify(|s| {
+                let before: Vec<Holder> = s.holders.clone();
+                s.holders.retain(|h| h.id != holder && h.node != holder);
+                before
+                    .into_iter()
+                    .filter(|h| h.id == holder || h.node == holder)
+                    .collect::<Vec<_>>()
+            })
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut st = self.status.lock().expect("status");
+        if st.group.as_deref() == Some(group) {
+            st.holders = slots.holders;
+        }
+        match freed.first() {
+            Some(h) => {
+                tracing::warn!(group, holder = %h.id, node = %h.node, "reboot slot released by an operator");
+                Ok(format!(
+                    "released the slot of {} ({}) in group {group}",
+                    h.id, h.node
+                ))
+            }
+            None => Err(format!("no slot of group {group} is held by {holder:?}")),
+        }
+    }
+
     async fn steady(&self, p: &ClientParams) -> Result<String, Refusal> {
         self.ours(p)?;
         let (client, drainer) = self.client().await?;
