@@ -227,6 +227,29 @@ async fn zincati_drives_two_nodes_through_one_slot_with_drain_and_readiness() {
     );
     assert_eq!(n2.coordinator.status().state, "rebooting");
 
+    // An operator frees n2's slot from n1 (nodectl reboot-lock release n2).
+    let msg = n1.coordinator.release_slot("default", "n2").await.unwrap();
+    assert!(
+        msg.contains("released the slot of id2 (n2) in group default"),
+        "{msg}"
+    );
+    let err = n1
+        .coordinator
+        .release_slot("default", "n2")
+        .await
+        .unwrap_err();
+    assert!(
+        err.contains("no slot of group default is held by \"n2\""),
+        "{err}"
+    );
+    // A new slot: its drain timeout starts again.
+    let (s, b) = post(n2.addr, "POST", fleetlock::PRE_REBOOT, true, &ok2).await;
+    assert_eq!(
+        (s, kind(&b)),
+        (423, "draining".into()),
+        "n2 takes a slot again: {b}"
+    );
+
     // The API server unreachable: internal_error.
     api.down();
     let (s, b) = post(n2.addr, "POST", fleetlock::STEADY_STATE, true, &ok2).await;
