@@ -109,6 +109,18 @@ pub const SCHEMA: &[(&str, &str, Kind, &str)] = &[
     ),
     ("reboot", "drain_timeout_secs", Kind::Int, "seconds >= 0"),
     ("reboot", "stale_after_secs", Kind::Int, "seconds >= 60"),
+    (
+        "reboot",
+        "windows",
+        Kind::List,
+        "a list of windows like \"Sat,Sun 23:30 60m\" (days, start, length)",
+    ),
+    (
+        "reboot",
+        "time_zone",
+        Kind::Str,
+        "\"UTC\", \"localtime\" or an IANA time zone name",
+    ),
     ("selinux", "relabel", Kind::List, "a list of absolute paths"),
 ];
 
@@ -199,6 +211,8 @@ pub struct RebootFragment {
     pub namespace: Option<String>,
     pub drain_timeout_secs: Option<i64>,
     pub stale_after_secs: Option<i64>,
+    pub windows: Option<Vec<String>>,
+    pub time_zone: Option<String>,
 }
 
 #[derive(Debug, Default, Clone, PartialEq, Eq, Deserialize)]
@@ -339,7 +353,7 @@ impl Merged {
         merge_fields!(self, frag, file, secrets: inbox);
         merge_fields!(
             self, frag, file,
-            reboot: strategy, listen, group_slots, namespace, drain_timeout_secs, stale_after_secs
+            reboot: strategy, listen, group_slots, namespace, drain_timeout_secs, stale_after_secs, windows, time_zone
         );
         merge_fields!(self, frag, file, selinux: relabel);
         self.files.push(file.to_path_buf());
@@ -429,6 +443,9 @@ pub struct RebootPolicy {
     pub namespace: String,
     pub drain_timeout_secs: u64,
     pub stale_after_secs: u64,
+    /// When new reboot slots may be taken; empty: any time.
+    pub windows: Vec<String>,
+    pub time_zone: String,
 }
 
 /// A taint as kubelet's `--register-with-taints` takes it.
@@ -676,7 +693,14 @@ impl Settings {
                 3600,
                 60,
             )? as u64,
+            windows: f.reboot.windows.clone().unwrap_or_default(),
+            time_zone: f.reboot.time_zone.clone().unwrap_or_else(|| "UTC".into()),
         };
+        for w in &reboot_policy.windows {
+            crate::reboot::windows::parse(w).map_err(|e| at("reboot.windows", e))?;
+        }
+        crate::reboot::windows::zone(&reboot_policy.time_zone)
+            .map_err(|e| at("reboot.time_zone", e))?;
         let relabel = f
             .selinux
             .relabel

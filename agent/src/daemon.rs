@@ -185,6 +185,12 @@ async fn start_fleetlock(
         slots: p.group_slots as usize,
         stale_after: Duration::from_secs(p.stale_after_secs),
         drain_timeout: Duration::from_secs(p.drain_timeout_secs),
+        windows: p
+            .windows
+            .iter()
+            .map(|w| crate::reboot::windows::parse(w).map_err(anyhow::Error::msg))
+            .collect::<anyhow::Result<_>>()?,
+        time_zone: p.time_zone.clone(),
         ..Policy::default()
     };
     let (croot, kubeconfig) = (root.clone(), s.kubeconfig.clone());

@@ -32,6 +32,9 @@ pub struct Policy {
     pub drain_timeout: Duration,
     /// How long one pre-reboot request waits for evicted pods to go.
     pub drain_wait: Duration,
+    /// New slots are taken only inside these (none: any time), in `time_zone`.
+    pub windows: Vec<super::windows::Window>,
+    pub time_zone: String,
 }
 
 impl Default for Policy {
@@ -42,6 +45,8 @@ impl Default for Policy {
             stale_after: Duration::from_secs(3600),
             drain_timeout: Duration::from_secs(600),
             drain_wait: Duration::from_secs(30),
+            windows: Vec::new(),
+            time_zone: "UTC".into(),
         }
     }
 }
@@ -52,7 +57,8 @@ pub struct RebootStatus {
     /// Where the FleetLock endpoint listens, and the client id it answers to.
     pub endpoint: String,
     pub id: String,
-    /// `idle`, `waiting-for-slot`, `draining`, `rebooting`, `waiting-for-ready`.
+    /// `idle`, `waiting-for-window`, `waiting-for-slot`, `draining`, `rebooting`,
+    /// `waiting-for-ready`.
     pub state: String,
     pub detail: String,
     pub group: Option<String>,
@@ -161,6 +167,20 @@ impl LeaseCoordinator {
             if h.id != p.id && drainer.ready(&h.node).await.map_err(internal)?.is_none() {
                 gone.push(h.node.clone());
             }
+        }
+        // Outside the reboot windows no new slot is taken (a holder keeps going: a node half
+        // drained is not left cordoned until the next window).
+        if !current.holds(&p.id)
+            && !super::windows::open_now(&self.policy.windows, &self.policy.time_zone)
+                .map_err(internal)?
+        {
+            let d = format!(
+                "outside the reboot windows ({} windows, time zone {})",
+                self.policy.windows.len(),
+                self.policy.time_zone
+            );
+            self.set("waiting-for-window", d.clone(), &p.group, current.holders);
+            return Err(Refusal::new(StatusCode::LOCKED, "outside_window", d));
         }
         let node = self.node.clone();
         let stale = self.policy.stale_after.as_secs();

@@ -85,6 +85,11 @@ pub const KINDS: &[(&str, u16, &str)] = &[
         "every slot of the group is held (value: by whom)",
     ),
     (
+        "outside_window",
+        423,
+        "no reboot window is open now (reboot.windows)",
+    ),
+    (
         "draining",
         423,
         "slot held, the node is still being drained",

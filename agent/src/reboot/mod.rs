@@ -6,3 +6,4 @@ pub mod drain;
 pub mod fleetlock;
 pub mod lease;
 pub mod slots;
+pub mod windows;

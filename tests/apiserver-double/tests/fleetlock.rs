@@ -250,6 +250,38 @@ async fn zincati_drives_two_nodes_through_one_slot_with_drain_and_readiness() {
         "n2 takes a slot again: {b}"
     );
 
+    // A node whose reboot windows are all closed now takes no slot.
+    api.set_node("n3", true);
+    let later = jiff::Timestamp::now()
+        .to_zoned(jiff::tz::TimeZone::UTC)
+        .weekday()
+        .wrapping_add(3);
+    let n3 = endpoint(
+        &api,
+        "n3",
+        "id3",
+        Policy {
+            windows: vec![nodectl::reboot::windows::Window {
+                days: vec![later],
+                start: 0,
+                length: 60,
+            }],
+            ..Policy::default()
+        },
+    )
+    .await;
+    let (s, b) = post(
+        n3.addr,
+        "POST",
+        fleetlock::PRE_REBOOT,
+        true,
+        &params("id3", "other"),
+    )
+    .await;
+    assert_eq!((s, kind(&b)), (423, "outside_window".into()), "{b}");
+    note(s, &b);
+    assert_eq!(n3.coordinator.status().state, "waiting-for-window");
+
     // The API server unreachable: internal_error.
     api.down();
     let (s, b) = post(n2.addr, "POST", fleetlock::STEADY_STATE, true, &ok2).await;
