@@ -161,8 +161,8 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// With `reboot.strategy = "fleet-lock"` and the node's own credentials in place: serves the
-/// FleetLock protocol on `reboot.listen` for Zincati. `Ok(None)`: not (yet) wanted.
+/// With a reboot strategy and the node's own credentials in place: serves FleetLock on
+/// `reboot.listen` for Zincati, or follows update_engine (Flatcar). `Ok(None)`: not (yet) wanted.
 async fn start_fleetlock(
     root: &Root,
     s: &Settings,
@@ -171,14 +171,20 @@ async fn start_fleetlock(
 ) -> anyhow::Result<Option<tokio::task::JoinHandle<()>>> {
     use crate::reboot::coordinator::{zincati_id, LeaseCoordinator, Policy};
     use futures_util::FutureExt;
-    if s.reboot != config::RebootStrategy::FleetLock || !root.path(&s.kubeconfig).is_file() {
+    let strategy = s.reboot;
+    if strategy == config::RebootStrategy::Off || !root.path(&s.kubeconfig).is_file() {
         return Ok(None);
     }
-    let mid_path = root.path("/etc/machine-id");
-    let mid = std::fs::read_to_string(&mid_path)
-        .with_context(|| format!("reading {}", mid_path.display()))?;
-    let id = zincati_id(&mid)
-        .with_context(|| format!("{}: not 32 hexadecimal digits", mid_path.display()))?;
+    let id = if strategy == config::RebootStrategy::FleetLock {
+        let mid_path = root.path("/etc/machine-id");
+        let mid = std::fs::read_to_string(&mid_path)
+            .with_context(|| format!("reading {}", mid_path.display()))?;
+        zincati_id(&mid)
+            .with_context(|| format!("{}: not 32 hexadecimal digits", mid_path.display()))?
+    } else {
+        // update_engine: nodectld asks for itself, by node name.
+        s.node_name.clone()
+    };
     let p = &s.reboot_policy;
     let policy = Policy {
         namespace: p.namespace.clone(),
@@ -221,6 +227,28 @@ async fn start_fleetlock(
         policy,
         kubelet_active,
     ));
+    if strategy == config::RebootStrategy::UpdateEngine {
+        let conn = zbus::Connection::system()
+            .await
+            .context("connecting to the system bus for update_engine")?;
+        let follower = crate::reboot::update_engine::Follower {
+            coordinator: c.clone(),
+            params: crate::reboot::fleetlock::ClientParams {
+                id: id.clone(),
+                group: "default".into(),
+            },
+            retry: Duration::from_secs(60),
+            reboot: crate::reboot::update_engine::logind_reboot(conn.clone()),
+        };
+        c.set_endpoint("update_engine (D-Bus)");
+        *shared.reboot.lock().expect("reboot") = Some(c.clone());
+        tracing::info!("following update_engine: reboots take a slot of group default first");
+        return Ok(Some(tokio::spawn(async move {
+            if let Err(e) = follower.run(&conn).await {
+                tracing::error!("following update_engine stopped: {e:#}");
+            }
+        })));
+    }
     let listener = tokio::net::TcpListener::bind(p.listen)
         .await
         .with_context(|| format!("listening on {} (reboot.listen)", p.listen))?;

@@ -6,4 +6,5 @@ pub mod drain;
 pub mod fleetlock;
 pub mod lease;
 pub mod slots;
+pub mod update_engine;
 pub mod windows;

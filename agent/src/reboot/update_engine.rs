@@ -1,0 +1,121 @@
+//! Flatcar: follow update_engine over D-Bus (`com.coreos.update1`, signal `StatusUpdate`); when
+//! an update waits for a reboot (`UPDATE_STATUS_UPDATED_NEED_REBOOT`), take a slot of the group
+//! and drain exactly as for FleetLock ([`super::coordinator`]), then reboot through logind over
+//! D-Bus. After the boot, release the slot once kubelet is active and the Node Ready. No etcd
+//! credentials anywhere (locksmith's etcd lock needed them on every node).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+
+use super::coordinator::LeaseCoordinator;
+use super::fleetlock::{ClientParams, Coordinator};
+
+pub const NEED_REBOOT: &str = "UPDATE_STATUS_UPDATED_NEED_REBOOT";
+
+/// update_engine's D-Bus API (Flatcar's `update_engine`, as FLUO uses it).
+#[zbus::proxy(
+    interface = "com.coreos.update1.Manager",
+    default_service = "com.coreos.update1",
+    default_path = "/com/coreos/update1"
+)]
+pub trait UpdateEngine {
+    /// (last_checked_time, progress, current_operation, new_version, new_size)
+    fn get_status(&self) -> zbus::Result<(i64, f64, String, String, i64)>;
+
+    #[zbus(signal)]
+    fn status_update(
+        &self,
+        last_checked_time: i64,
+        progress: f64,
+        current_operation: String,
+        new_version: String,
+        new_size: i64,
+    ) -> zbus::Result<()>;
+}
+
+/// What reboots the node (logind over D-Bus in production; recorded in tests).
+pub type Reboot =
+    Arc<dyn Fn() -> futures_util::future::BoxFuture<'static, anyhow::Result<()>> + Send + Sync>;
+
+/// logind's `Reboot(false)` on `conn`.
+pub fn logind_reboot(conn: zbus::Connection) -> Reboot {
+    Arc::new(move || {
+        let conn = conn.clone();
+        Box::pin(async move {
+            let m = zbus_systemd::login1::ManagerProxy::new(&conn).await?;
+            m.reboot(false).await?;
+            Ok(())
+        })
+    })
+}
+
+pub struct Follower {
+    pub coordinator: Arc<LeaseCoordinator>,
+    /// The id the coordinator answers to (on Flatcar: the node name) and the group.
+    pub params: ClientParams,
+    /// Between attempts while the slot is busy, the drain runs or the node is not Ready yet.
+    pub retry: Duration,
+    pub reboot: Reboot,
+}
+
+impl Follower {
+    /// After boot: gives back the slot (if held) once kubelet is active and the Node Ready.
+    pub async fn steady_state(&self) {
+        loop {
+            match self.coordinator.steady_state(&self.params).await {
+                Ok(msg) => {
+                    tracing::info!("update_engine: {msg}");
+                    return;
+                }
+                Err(r) => {
+                    tracing::info!(kind = r.kind, "update_engine: steady-state: {}", r.value);
+                    tokio::time::sleep(self.retry).await;
+                }
+            }
+        }
+    }
+
+    /// Takes a slot and drains (retrying), then reboots.
+    pub async fn reboot_for_update(&self) -> anyhow::Result<()> {
+        loop {
+            match self.coordinator.pre_reboot(&self.params).await {
+                Ok(msg) => {
+                    tracing::info!("update_engine: {msg}; rebooting through logind");
+                    return (self.reboot)().await;
+                }
+                Err(r) => {
+                    tracing::info!(
+                        kind = r.kind,
+                        "update_engine: waiting to reboot: {}",
+                        r.value
+                    );
+                    tokio::time::sleep(self.retry).await;
+                }
+            }
+        }
+    }
+
+    /// Runs until the connection ends: steady-state first, then a reboot whenever update_engine
+    /// says one is needed (now, or by signal later). No polling.
+    pub async fn run(&self, conn: &zbus::Connection) -> anyhow::Result<()> {
+        let ue = UpdateEngineProxy::new(conn).await?;
+        let mut updates = ue.receive_status_update().await?;
+        self.steady_state().await;
+        let (_, _, op, version, _) = ue.get_status().await?;
+        if op == NEED_REBOOT {
+            tracing::info!(version = %version, "update_engine: an update waits for a reboot");
+            return self.reboot_for_update().await;
+        }
+        while let Some(sig) = updates.next().await {
+            let a = sig.args()?;
+            if a.current_operation == NEED_REBOOT {
+                tracing::info!(version = %a.new_version, "update_engine: an update waits for a reboot");
+                return self.reboot_for_update().await;
+            }
+            tracing::debug!(operation = %a.current_operation, "update_engine status");
+        }
+        anyhow::bail!("update_engine's signal stream ended")
+    }
+}

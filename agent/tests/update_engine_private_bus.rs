@@ -1,0 +1,168 @@
+//! Tier 1, Flatcar: a test service on a private bus stands in for update_engine
+//! (`com.coreos.update1`: GetStatus, the StatusUpdate signal) and logind (`Reboot`). When it
+//! signals `UPDATE_STATUS_UPDATED_NEED_REBOOT`, nodectl waits for a slot of the group's Lease
+//! (held by another node at first), drains through the API double, and reboots through logind;
+//! after the boot it releases the slot once the Node is Ready.
+
+mod common;
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use futures_util::FutureExt;
+use nodectl::reboot::coordinator::{LeaseCoordinator, Policy};
+use nodectl::reboot::fleetlock::ClientParams;
+use nodectl::reboot::lease::LeaseLock;
+use nodectl::reboot::update_engine::{logind_reboot, Follower, NEED_REBOOT};
+use nodectl_apiserver_double::{Double, Options, PodKind};
+
+struct FakeUpdateEngine;
+
+#[zbus::interface(name = "com.coreos.update1.Manager")]
+impl FakeUpdateEngine {
+    fn get_status(&self) -> (i64, f64, String, String, i64) {
+        (0, 0.0, "UPDATE_STATUS_IDLE".into(), String::new(), 0)
+    }
+}
+
+struct FakeLogind(Arc<AtomicU32>);
+
+#[zbus::interface(name = "org.freedesktop.login1.Manager")]
+impl FakeLogind {
+    fn reboot(&self, interactive: bool) {
+        assert!(!interactive, "nodectl reboots non-interactively");
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+fn now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+async fn client(api: &Double, user: &str) -> kube::Client {
+    let kc = api.client_kubeconfig(user, &["system:nodes"]).unwrap();
+    let kc = nodectl::kubeconfig::parse(&kc, std::path::Path::new("kc")).unwrap();
+    let opts = kube::config::KubeConfigOptions {
+        context: kc.current_context.clone(),
+        ..Default::default()
+    };
+    let mut cfg = kube::Config::from_custom_kubeconfig(kc, &opts)
+        .await
+        .unwrap();
+    cfg.default_retry = false;
+    kube::Client::try_from(cfg).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_update_waiting_for_reboot_takes_a_slot_drains_and_reboots_through_logind() {
+    let bus = common::Bus::start();
+    let reboots = Arc::new(AtomicU32::new(0));
+    let service = zbus::connection::Builder::address(bus.address.as_str())
+        .name("com.coreos.update1")
+        .name("org.freedesktop.login1")
+        .serve_at("/com/coreos/update1", FakeUpdateEngine)
+        .serve_at("/org/freedesktop/login1", FakeLogind(reboots.clone()))
+        .build()
+        .await
+        .unwrap();
+
+    let api = Double::start(Options::default()).await.unwrap();
+    api.set_node("flatcar-1", true);
+    api.set_node("flatcar-2", true);
+    api.add_pod("apps", "web-1", "flatcar-1", PodKind::Plain);
+    // Another node reboots first: it holds the group's only slot.
+    let other = LeaseLock::new(
+        client(&api, "system:node:flatcar-2").await,
+        "nodectl-reboot",
+        "default",
+    );
+    other
+        .modify(|s| s.acquire("flatcar-2", "flatcar-2", now(), 1))
+        .await
+        .unwrap();
+
+    let c = client(&api, "system:node:flatcar-1").await;
+    let coordinator = Arc::new(LeaseCoordinator::new(
+        Arc::new(move || {
+            let c = c.clone();
+            async move { Ok(c) }.boxed()
+        }),
+        "flatcar-1",
+        "flatcar-1",
+        Policy::default(),
+        Arc::new(|| async { true }.boxed()),
+    ));
+    let agent_conn = zbus::connection::Builder::address(bus.address.as_str())
+        .build()
+        .await
+        .unwrap();
+    let follower = Arc::new(Follower {
+        coordinator: coordinator.clone(),
+        params: ClientParams {
+            id: "flatcar-1".into(),
+            group: "default".into(),
+        },
+        retry: Duration::from_millis(100),
+        reboot: logind_reboot(agent_conn.clone()),
+    });
+    let f = follower.clone();
+    let conn = agent_conn.clone();
+    let run = tokio::spawn(async move { f.run(&conn).await });
+
+    // Idle: nothing happens until update_engine says a reboot is needed.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(reboots.load(Ordering::SeqCst), 0);
+    service
+        .emit_signal(
+            None::<()>,
+            "/com/coreos/update1",
+            "com.coreos.update1.Manager",
+            "StatusUpdate",
+            &(1i64, 1.0f64, NEED_REBOOT, "4152.2.0", 123i64),
+        )
+        .await
+        .unwrap();
+    // The slot is busy: it waits, without rebooting.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(coordinator.status().state, "waiting-for-slot");
+    assert_eq!(reboots.load(Ordering::SeqCst), 0);
+    // The other node is back: the slot frees, nodectl takes it, drains, reboots.
+    other.modify(|s| s.release("flatcar-2")).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(10), run)
+        .await
+        .expect("rebooted within 10 s")
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        reboots.load(Ordering::SeqCst),
+        1,
+        "logind's Reboot called once"
+    );
+    assert_eq!(coordinator.status().state, "rebooting");
+    assert!(api.pods_on("flatcar-1").is_empty(), "drained");
+    assert_eq!(
+        api.node("flatcar-1").unwrap()["spec"]["unschedulable"],
+        true
+    );
+    let held = other.read().await.unwrap();
+    assert!(held.holds("flatcar-1"));
+
+    // After the boot: not Ready yet keeps the slot; Ready releases it and uncordons.
+    api.set_node("flatcar-1", false);
+    let f = follower.clone();
+    let steady = tokio::spawn(async move { f.steady_state().await });
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(coordinator.status().state, "waiting-for-ready");
+    assert!(other.read().await.unwrap().holds("flatcar-1"));
+    api.set_node("flatcar-1", true);
+    tokio::time::timeout(Duration::from_secs(5), steady)
+        .await
+        .expect("released once Ready")
+        .unwrap();
+    assert!(!other.read().await.unwrap().holds("flatcar-1"));
+    assert!(api.node("flatcar-1").unwrap()["spec"]["unschedulable"].is_null());
+}
