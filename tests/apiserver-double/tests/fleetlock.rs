@@ -250,6 +250,21 @@ async fn zincati_drives_two_nodes_through_one_slot_with_drain_and_readiness() {
         "n2 takes a slot again: {b}"
     );
 
+    // n2's Node is deleted while it holds the slot: n1's next request reclaims it.
+    api.delete_node("n2");
+    let (s, b) = post(n1.addr, "POST", fleetlock::PRE_REBOOT, true, &ok).await;
+    assert_eq!(s, 200, "the vanished holder's slot is reclaimed: {b}");
+    let holders: Vec<String> = n1
+        .coordinator
+        .status()
+        .holders
+        .iter()
+        .map(|h| h.node.clone())
+        .collect();
+    assert_eq!(holders, ["n1"]);
+    let (s, _) = post(n1.addr, "POST", fleetlock::STEADY_STATE, true, &ok).await;
+    assert_eq!(s, 200);
+
     // A node whose reboot windows are all closed now takes no slot.
     api.set_node("n3", true);
     let later = jiff::Timestamp::now()
