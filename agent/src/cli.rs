@@ -52,6 +52,16 @@ pub enum Command {
     },
     /// Ask nodectld to run a pass now (root only).
     Converge,
+    /// Check the node against a security review's node-level findings (docs/security.md).
+    /// Exit 0: none; 2: medium or low only; 3: a high finding; 1: error.
+    Audit {
+        #[arg(long)]
+        json: bool,
+        /// Apply the safe fixes (remove etcd credentials from a worker, fix key modes and
+        /// labels), each logged; then audit again.
+        #[arg(long)]
+        fix: bool,
+    },
     /// The group's reboot lock (a Lease; docs/reboot.md).
     RebootLock {
         #[command(subcommand)]
@@ -169,6 +179,63 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
                 .context("asking nodectld to release the slot")?;
             println!("{msg}");
             Ok(0)
+        }
+        Command::Audit { json, fix } => {
+            let os_release = ["/etc/os-release", "/usr/lib/os-release"]
+                .iter()
+                .find_map(|p| std::fs::read_to_string(root.path(p)).ok())
+                .unwrap_or_default();
+            let host = load::host(&root);
+            let settings = host
+                .as_ref()
+                .map_err(|e| e.to_string())
+                .and_then(|h| load::settings(&root, h).map_err(|e| e.to_string()));
+            let label_of = |p: &std::path::Path| {
+                nodectl_selinux::relabel::stored_label(&root.path(p))
+                    .ok()
+                    .flatten()
+            };
+            let mut findings = match &settings {
+                Ok(s) => crate::audit::audit(&root, s, &os_release, &label_of),
+                Err(e) => {
+                    // Without settings (an end-of-life OS is refused by the loader), only
+                    // what needs none.
+                    eprintln!("settings: {e}; auditing the OS only");
+                    crate::audit::audit_os(&os_release)
+                }
+            };
+            if fix && !findings.is_empty() {
+                let host = host.context("fixing needs the host")?;
+                let labeler = nodectl_selinux::Labeler::new(root.dir(), &host.selinux);
+                let relabel = |p: &std::path::Path| -> anyhow::Result<()> {
+                    let real = root.path(p);
+                    let mode =
+                        std::os::unix::fs::MetadataExt::mode(&std::fs::symlink_metadata(&real)?);
+                    let ctx = labeler.default_for(p, mode).ok_or_else(|| {
+                        anyhow::anyhow!("no policy default label for {}", p.display())
+                    })?;
+                    labeler.set_on_path(&real, &ctx)?;
+                    Ok(())
+                };
+                for line in crate::audit::fix(&root, &findings, &relabel) {
+                    eprintln!("{line}");
+                }
+                if let Ok(s) = &settings {
+                    findings = crate::audit::audit(&root, s, &os_release, &label_of);
+                }
+            }
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&serde_json::json!({
+                        "findings": findings,
+                        "checks": crate::audit::CHECKS.iter().map(|(id, sev, what)| serde_json::json!({"id": id, "severity": sev, "finds": what})).collect::<Vec<_>>(),
+                    }))?
+                );
+            } else {
+                print!("{}", crate::audit::render(&findings));
+            }
+            Ok(crate::audit::exit_code(&findings))
         }
         Command::Status { json } => {
             let st = status_from_daemon(&root).await;

@@ -5,6 +5,7 @@
 //! through a [`root::Root`]. See docs/architecture.md.
 
 pub mod accounts;
+pub mod audit;
 pub mod bootstrap;
 pub mod bundle;
 pub mod cli;

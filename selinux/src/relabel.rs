@@ -88,6 +88,23 @@ fn get_raw<'b>(path: &CStr, buf: &'b mut Vec<u8>) -> io::Result<&'b [u8]> {
     }
 }
 
+/// The label stored on `path` itself (its `security.selinux` attribute), read raw: it works
+/// whether or not the running kernel enforces SELinux (an audit of a mounted root, a scratch
+/// root). `None` when the file has none.
+pub fn stored_label(path: &Path) -> io::Result<Option<String>> {
+    let mut buf = vec![0u8; 256];
+    let v = get_raw(&cpath(path), &mut buf)?;
+    Ok((!v.is_empty()).then(|| String::from_utf8_lossy(v).into_owned()))
+}
+
+/// Stores `label` on `path` itself, raw (fixtures and scratch roots; nodectld labels through
+/// [`crate::Labeler`]).
+pub fn set_stored_label(path: &Path, label: &str) -> io::Result<()> {
+    let mut v = label.as_bytes().to_vec();
+    v.push(0);
+    set_raw(&cpath(path), &v)
+}
+
 /// Sets the label of `path` itself; `value` ends with NUL, as libselinux stores it.
 fn set_raw(path: &CStr, value: &[u8]) -> io::Result<()> {
     // SAFETY: path is NUL-terminated; value is valid for value.len() bytes.

@@ -1,0 +1,290 @@
+//! Tier 1: `nodectl audit` against fixture nodes (scratch roots) with every finding planted:
+//! each is reported with its id, and a clean node has none. `--fix` removes etcd credentials
+//! from a worker and fixes modes.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::Command;
+
+const FCOS: &str = "NAME=\"Fedora Linux\"\nID=fedora\nVERSION_ID=42\nVARIANT_ID=coreos\n";
+const SHARED: &str = "system_u:object_r:container_file_t:s0";
+
+fn nodectl(root: &Path, args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_nodectl"))
+        .arg("--root")
+        .arg(root)
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn put(root: &Path, p: &str, content: &[u8], mode: u32) {
+    let f = root.join(p.trim_start_matches('/'));
+    std::fs::create_dir_all(f.parent().unwrap()).unwrap();
+    std::fs::write(&f, content).unwrap();
+    std::fs::set_permissions(&f, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+fn chmod(root: &Path, p: &str, mode: u32) {
+    std::fs::set_permissions(
+        root.join(p.trim_start_matches('/')),
+        std::fs::Permissions::from_mode(mode),
+    )
+    .unwrap();
+}
+
+fn node(config: &str) -> tempfile::TempDir {
+    let d = tempfile::tempdir().unwrap();
+    put(d.path(), "/etc/os-release", FCOS.as_bytes(), 0o644);
+    put(
+        d.path(),
+        "/etc/nodectl/config.d/10-node.toml",
+        config.as_bytes(),
+        0o644,
+    );
+    d
+}
+
+struct Ca {
+    key: rcgen::KeyPair,
+    params: rcgen::CertificateParams,
+    pem: String,
+}
+
+fn ca(cn: &str) -> Ca {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, cn);
+    let pem = params.self_signed(&key).unwrap().pem();
+    Ca { key, params, pem }
+}
+
+/// A kubelet client certificate + key (kubelet-client-current.pem), valid for a day.
+fn kubelet_pem(issuer: &Ca) -> String {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut p = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    p.distinguished_name
+        .push(rcgen::DnType::CommonName, "system:node:worker-1");
+    let now = std::time::SystemTime::now();
+    p.not_before = (now - std::time::Duration::from_secs(60)).into();
+    p.not_after = (now + std::time::Duration::from_secs(86_400)).into();
+    let cert = p
+        .signed_by(
+            &key,
+            &rcgen::Issuer::from_params(&issuer.params, &issuer.key),
+        )
+        .unwrap();
+    format!("{}{}", cert.pem(), key.serialize_pem())
+}
+
+fn place_credentials(root: &Path, pem: &str, mode: u32) {
+    put(
+        root,
+        "/var/lib/kubelet/pki/kubelet-client-2026-11-30-00-00-00.pem",
+        pem.as_bytes(),
+        mode,
+    );
+    std::os::unix::fs::symlink(
+        "/var/lib/kubelet/pki/kubelet-client-2026-11-30-00-00-00.pem",
+        root.join("var/lib/kubelet/pki/kubelet-client-current.pem"),
+    )
+    .unwrap();
+}
+
+fn ids(json: &str) -> Vec<String> {
+    let v: serde_json::Value = serde_json::from_str(json).unwrap();
+    let mut ids: Vec<String> = v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["id"].as_str().unwrap().to_string())
+        .collect();
+    ids.sort();
+    ids.dedup();
+    ids
+}
+
+const WORKER: &str = "[node]\nrole = \"worker\"\nname = \"worker-1\"\n";
+const BOOTSTRAP: &str =
+    "apiVersion: v1\nusers:\n- name: kubelet\n  user:\n    token: abcdef.0123456789abcdef\n";
+
+#[test]
+fn a_clean_worker_has_no_findings() {
+    let d = node(WORKER);
+    let r = d.path();
+    let k8s = ca("kubernetes-ca");
+    put(r, "/etc/kubernetes/ca.crt", k8s.pem.as_bytes(), 0o644);
+    place_credentials(r, &kubelet_pem(&k8s), 0o600);
+    chmod(r, "/var/lib/kubelet/pki", 0o700);
+    let (rc, out, err) = nodectl(r, &["audit", "--json"]);
+    assert_eq!(ids(&out), Vec::<String>::new(), "{out}{err}");
+    assert_eq!(rc, 0);
+    let (_, human, _) = nodectl(r, &["audit"]);
+    assert!(human.starts_with("No findings (12 checks)."), "{human}");
+}
+
+#[test]
+fn every_worker_finding_is_reported_and_fix_repairs_what_is_safe() {
+    let d = node(WORKER);
+    let r = d.path();
+    let etcd = ca("etcd-ca");
+    // The same CA for Kubernetes and etcd, and the kubelet's certificate issued by it.
+    put(r, "/etc/kubernetes/ca.crt", etcd.pem.as_bytes(), 0o644);
+    put(
+        r,
+        "/etc/ssl/etcd/etcd-client-ca.crt",
+        etcd.pem.as_bytes(),
+        0o644,
+    );
+    // etcd client credentials left from an old flannel setup.
+    put(
+        r,
+        "/etc/ssl/etcd/etcd-client.key",
+        b"-----BEGIN EC PRIVATE KEY-----\nx\n-----END EC PRIVATE KEY-----\n",
+        0o600,
+    );
+    // The kubelet's key readable by others, its directory open.
+    place_credentials(r, &kubelet_pem(&etcd), 0o644);
+    chmod(r, "/var/lib/kubelet/pki", 0o755);
+    // The bootstrap token still on disk, labeled readable by containers.
+    put(r, "/etc/kubernetes/kubeconfig", BOOTSTRAP.as_bytes(), 0o600);
+    nodectl_selinux::relabel::set_stored_label(&r.join("etc/kubernetes/kubeconfig"), SHARED)
+        .unwrap();
+
+    let (rc, out, err) = nodectl(r, &["audit", "--json"]);
+    assert_eq!(
+        ids(&out),
+        [
+            "bootstrap-token-on-disk",
+            "etcd-credentials-on-worker",
+            "key-dir-mode",
+            "key-label-container-readable",
+            "key-mode",
+            "shared-etcd-kubernetes-ca",
+        ],
+        "{out}{err}"
+    );
+    assert_eq!(rc, 3, "a high finding: exit 3");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let etcd_files: Vec<&str> = v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["id"] == "etcd-credentials-on-worker")
+        .map(|f| f["path"].as_str().unwrap())
+        .collect();
+    assert!(
+        etcd_files.contains(&"/etc/ssl/etcd/etcd-client.key"),
+        "{etcd_files:?}"
+    );
+    let (_, human, _) = nodectl(r, &["audit"]);
+    assert!(
+        human.contains("HIGH   etcd-credentials-on-worker  /etc/ssl/etcd/etcd-client.key (file)"),
+        "{human}"
+    );
+    assert!(
+        !human.contains("0123456789abcdef"),
+        "a token in the audit output"
+    );
+
+    // --fix: etcd files removed, modes fixed, each logged; what needs an operator stays.
+    let (rc, out, err) = nodectl(r, &["audit", "--fix"]);
+    assert!(
+        err.contains("fixed etcd-credentials-on-worker /etc/ssl/etcd/etcd-client.key"),
+        "{err}"
+    );
+    assert!(!r.join("etc/ssl/etcd/etcd-client.key").exists());
+    let mode = |p: &str| std::fs::metadata(r.join(p)).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode("var/lib/kubelet/pki"), 0o700);
+    assert_eq!(
+        mode("var/lib/kubelet/pki/kubelet-client-2026-11-30-00-00-00.pem"),
+        0o600
+    );
+    assert!(
+        !out.contains("key-mode") && !out.contains("key-dir-mode"),
+        "{out}"
+    );
+    assert!(out.contains("bootstrap-token-on-disk"), "{out}");
+    assert_eq!(rc, 3);
+}
+
+#[test]
+fn every_controller_finding_is_reported() {
+    let d = node("[node]\nrole = \"controller\"\nname = \"controller-0\"\n");
+    let r = d.path();
+    put(
+        r,
+        "/etc/kubernetes/manifests/kube-apiserver.yaml",
+        b"apiVersion: v1\nkind: Pod\nspec:\n  containers:\n  - name: kube-apiserver\n    command:\n    - kube-apiserver\n    - --authorization-mode=RBAC\n    - --enable-admission-plugins=NamespaceLifecycle\n    - --enable-bootstrap-token-auth=true\n",
+        0o644,
+    );
+    put(
+        r,
+        "/opt/bootstrap/assets/manifests/bootstrap-token.yaml",
+        b"apiVersion: v1\nkind: Secret\nstringData:\n  token-id: abcdef\n",
+        0o600,
+    );
+    put(
+        r,
+        "/etc/etcd/etcd.env",
+        b"ETCD_NAME=controller-0\nETCD_LISTEN_CLIENT_URLS=https://0.0.0.0:2379\nETCD_CLIENT_CERT_AUTH=false\n",
+        0o644,
+    );
+    let (rc, out, err) = nodectl(r, &["audit", "--json"]);
+    assert_eq!(
+        ids(&out),
+        [
+            "apiserver-admission",
+            "apiserver-authorization",
+            "bootstrap-token-unbounded",
+            "etcd-client-cert-auth",
+            "etcd-listens-everywhere",
+        ],
+        "{out}{err}"
+    );
+    assert_eq!(rc, 3);
+    // Typhoon's own settings pass (token bounded, etcd certificate auth, Node,RBAC).
+    put(
+        r,
+        "/etc/kubernetes/manifests/kube-apiserver.yaml",
+        b"apiVersion: v1\nkind: Pod\nspec:\n  containers:\n  - name: kube-apiserver\n    command:\n    - kube-apiserver\n    - --authorization-mode=Node,RBAC\n    - --enable-admission-plugins=NodeRestriction\n    - --enable-bootstrap-token-auth=true\n",
+        0o644,
+    );
+    put(
+        r,
+        "/opt/bootstrap/assets/manifests/bootstrap-token.yaml",
+        b"apiVersion: v1\nkind: Secret\nstringData:\n  token-id: abcdef\n  expiration: 2026-12-01T00:00:00Z\n",
+        0o600,
+    );
+    put(
+        r,
+        "/etc/etcd/etcd.env",
+        b"ETCD_LISTEN_CLIENT_URLS=https://10.0.0.10:2379\nETCD_CLIENT_CERT_AUTH=true\n",
+        0o644,
+    );
+    let (rc, out, _) = nodectl(r, &["audit", "--json"]);
+    assert_eq!(ids(&out), Vec::<String>::new(), "{out}");
+    assert_eq!(rc, 0);
+}
+
+#[test]
+fn container_linux_is_reported_end_of_life() {
+    let d = node(WORKER);
+    put(
+        d.path(),
+        "/etc/os-release",
+        b"NAME=\"Container Linux by CoreOS\"\nID=coreos\nVERSION=2512.3.0\n",
+        0o644,
+    );
+    let (rc, out, err) = nodectl(d.path(), &["audit", "--json"]);
+    assert_eq!(ids(&out), ["end-of-life-os"], "{out}{err}");
+    assert_eq!(rc, 3);
+}
