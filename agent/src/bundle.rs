@@ -277,7 +277,8 @@ pub const TYPHOON_LAYOUT: &[Rule] = &[
         dir_mode: 0o755,
         secret_mode: 0o600,
         file_mode: 0o600,
-        label: SHARED,
+        // The bootstrap token: the policy default, never readable by containers.
+        label: None,
         controller_only: false,
         etcd: false,
     },
@@ -531,10 +532,12 @@ mod tests {
             PathBuf::from("/etc/kubernetes/kubeconfig")
         );
         assert_eq!(get("kubelet/kubeconfig").mode, 0o600);
-        // Shared files: s0, no categories. Private ones (etcd, bootstrap assets): no shared label.
+        // Shared files: s0, no categories. Private ones (etcd, bootstrap assets, the bootstrap
+        // token): no shared label.
         for x in &p.files {
-            let private =
-                x.dest.starts_with("/etc/ssl/etcd") || x.dest.starts_with("/opt/bootstrap");
+            let private = x.dest.starts_with("/etc/ssl/etcd")
+                || x.dest.starts_with("/opt/bootstrap")
+                || x.dest == Path::new("/etc/kubernetes/kubeconfig");
             match &x.label {
                 Some(l) => assert!(!private && l.is_shared_level(), "{x:?}"),
                 None => assert!(private, "{x:?}"),

@@ -378,6 +378,18 @@ impl KubeletCredentials {
     }
 }
 
+/// The current certificate file was written at or after `t`.
+fn issued_since(cx: &Cx, t: SystemTime) -> bool {
+    let link = cx
+        .root
+        .path(Path::new(credentials::CERT_DIR).join(credentials::CURRENT));
+    std::fs::read_link(&link)
+        .ok()
+        .and_then(|target| std::fs::metadata(cx.root.path(target)).ok())
+        .and_then(|m| m.modified().ok())
+        .is_some_and(|m| m >= t)
+}
+
 /// An operator's pass overrides a backoff set before it began (not one its own attempt set).
 fn overridden(cx: &Cx, since: SystemTime) -> bool {
     cx.forced && since < cx.started
@@ -468,6 +480,15 @@ impl Step for KubeletCredentials {
                         let h = held.as_ref().expect("a rotation has a certificate");
                         return Ok(Observation::Converged(format!("{}; renewing: {a}", expiry(h))));
                     }
+                }
+                (Need::Rotate(_), None) if issued_since(cx, cx.started) => {
+                    // Issued in this very pass (a short-lived certificate): renew in the next.
+                    cx.recheck_in(Duration::from_secs(1));
+                    let h = held.as_ref().expect("a rotation has a certificate");
+                    return Ok(Observation::Converged(format!(
+                        "{}; renewal due, in the next pass",
+                        expiry(h)
+                    )));
                 }
                 (Need::Rotate(why), None) => {
                     changes.push(Change::new("renew the node's certificate with a fresh key", why))

@@ -734,6 +734,51 @@ impl Relabel {
         nodectl_selinux::Context::shared_container_file()
     }
 
+    /// Node credentials (node paths): never the shared label, even inside a managed tree.
+    pub fn private(cx: &Cx) -> Vec<PathBuf> {
+        vec![
+            cx.settings.bootstrap_kubeconfig.clone(),
+            cx.settings.kubeconfig.clone(),
+            PathBuf::from(crate::credentials::CERT_DIR),
+            PathBuf::from("/var/lib/nodectl"),
+        ]
+    }
+
+    /// Private files that carry a container-readable label now, with the label they should
+    /// have (the policy default): (real path, current, wanted).
+    fn private_fixes(
+        cx: &Cx,
+    ) -> Vec<(PathBuf, nodectl_selinux::Context, nodectl_selinux::Context)> {
+        let mut out = Vec::new();
+        for p in Self::private(cx) {
+            let real = cx.root.path(&p);
+            let mut paths = vec![(p.clone(), real.clone())];
+            if let Ok(rd) = std::fs::read_dir(&real) {
+                for e in rd.flatten() {
+                    paths.push((p.join(e.file_name()), e.path()));
+                }
+            }
+            for (node, real) in paths {
+                let Ok(Some(cur)) = cx.labeler.get(&real) else {
+                    continue;
+                };
+                if !cur.to_string().contains(":container_file_t:") {
+                    continue;
+                }
+                let Ok(meta) = std::fs::symlink_metadata(&real) else {
+                    continue;
+                };
+                use std::os::unix::fs::MetadataExt;
+                if let Some(want) = cx.labeler.default_for(&node, meta.mode()) {
+                    if want != cur {
+                        out.push((real, cur, want));
+                    }
+                }
+            }
+        }
+        out
+    }
+
     fn run(
         &self,
         cx: &Cx,
@@ -742,16 +787,29 @@ impl Relabel {
         let mut trackers = self.trackers.lock().expect("relabel trackers");
         trackers.retain(|t, _| cx.settings.relabel.iter().any(|x| cx.root.path(x) == *t));
         let mut out = Vec::new();
+        let private: Vec<PathBuf> = Self::private(cx).iter().map(|p| cx.root.path(p)).collect();
         for tree in &cx.settings.relabel {
             let real = cx.root.path(tree);
             if !real.exists() {
                 continue;
             }
+            let exclude: Vec<PathBuf> = private
+                .iter()
+                .filter(|p| p.starts_with(&real))
+                .cloned()
+                .collect();
+            if trackers
+                .get(&real)
+                .is_some_and(|t| t.exclude() != exclude.as_slice())
+            {
+                trackers.remove(&real);
+            }
             let tracker = match trackers.entry(real.clone()) {
                 std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
                 std::collections::hash_map::Entry::Vacant(e) => e.insert(
                     nodectl_selinux::relabel::Tracker::new(&real, &Self::label())
-                        .with_context(|| format!("watching {}", real.display()))?,
+                        .with_context(|| format!("watching {}", real.display()))?
+                        .with_exclude(exclude),
                 ),
             };
             out.push((tree.clone(), tracker.check(&cx.labeler, dry_run)));
@@ -817,6 +875,12 @@ impl Step for Relabel {
                     ));
                 }
             }
+            for (real, cur, want) in Self::private_fixes(cx) {
+                changes.push(Change::new(
+                    format!("relabel {} to {want}", real.display()),
+                    format!("a node credential labeled {cur} is readable by containers"),
+                ));
+            }
             let how = if reports.iter().any(|(_, r)| r.full_scan) {
                 "checked"
             } else {
@@ -836,6 +900,10 @@ impl Step for Relabel {
     fn apply<'a>(&'a self, cx: &'a Cx) -> BoxFuture<'a, anyhow::Result<()>> {
         async move {
             let reports = self.run(cx, false)?;
+            for (real, cur, want) in Self::private_fixes(cx) {
+                cx.labeler.set_on_path(&real, &want)?;
+                tracing::info!(path = %real.display(), "relabeled a node credential from {cur} to {want} (not readable by containers)");
+            }
             for (tree, r) in &reports {
                 tracing::info!(tree = %tree.display(), examined = r.examined, changed = r.changed, errors = r.errors.len(), "relabeled {} of {} entries under {}", r.changed, r.examined, tree.display());
             }

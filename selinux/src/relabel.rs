@@ -155,7 +155,16 @@ fn group_of(groups: &mut Vec<Group>, path: &Path) {
 
 /// Lists `top` and everything below it on its filesystem, grouped by directory; `on_dir` sees
 /// every directory.
-fn walk(top: &Path, out: &mut Vec<Group>, report: &mut Report, on_dir: &mut dyn FnMut(&Path)) {
+fn walk(
+    top: &Path,
+    exclude: &[PathBuf],
+    out: &mut Vec<Group>,
+    report: &mut Report,
+    on_dir: &mut dyn FnMut(&Path),
+) {
+    if excluded(exclude, top) {
+        return;
+    }
     let err = |report: &mut Report, path: &Path, what: &str, e: io::Error| {
         report.errors.push(PathError {
             path: path.to_path_buf(),
@@ -194,6 +203,9 @@ fn walk(top: &Path, out: &mut Vec<Group>, report: &mut Report, on_dir: &mut dyn 
                     continue;
                 }
             };
+            if !exclude.is_empty() && excluded(exclude, &entry.path()) {
+                continue;
+            }
             match entry.file_type() {
                 Ok(t) if t.is_dir() => {
                     let path = entry.path();
@@ -223,6 +235,11 @@ fn walk(top: &Path, out: &mut Vec<Group>, report: &mut Report, on_dir: &mut dyn 
             out.push(group);
         }
     }
+}
+
+/// `path` is one of `exclude` or below one.
+fn excluded(exclude: &[PathBuf], path: &Path) -> bool {
+    exclude.iter().any(|x| path.starts_with(x))
 }
 
 /// Gives this thread its own working directory (`unshare(CLONE_FS)`), so it may `chdir` without
@@ -329,6 +346,17 @@ fn check_entries(
 /// Relabels everything under `top` to `target` (a full scan). `dry_run` counts what would
 /// change without writing. Does nothing when `labeler` skips labels.
 pub fn relabel_tree(labeler: &Labeler, top: &Path, target: &Context, dry_run: bool) -> Report {
+    relabel_tree_except(labeler, top, &[], target, dry_run)
+}
+
+/// As [`relabel_tree`], leaving the `exclude` paths (and what is below them) alone.
+pub fn relabel_tree_except(
+    labeler: &Labeler,
+    top: &Path,
+    exclude: &[PathBuf],
+    target: &Context,
+    dry_run: bool,
+) -> Report {
     if labeler.skipped().is_some() {
         return Report::default();
     }
@@ -337,7 +365,7 @@ pub fn relabel_tree(labeler: &Labeler, top: &Path, target: &Context, dry_run: bo
         ..Report::default()
     };
     let mut entries = Vec::new();
-    walk(top, &mut entries, &mut report, &mut |_| {});
+    walk(top, exclude, &mut entries, &mut report, &mut |_| {});
     let (r, _) = check_entries(&entries, &target_bytes(target), dry_run, false);
     report.merge(r);
     report
@@ -359,6 +387,8 @@ pub struct Tracker {
     /// writes raise no events to read back).
     pending_dirs: Vec<PathBuf>,
     last_full: Option<std::time::Instant>,
+    /// Paths (and what is below them) left alone: another label is theirs.
+    exclude: Vec<PathBuf>,
 }
 
 const WATCH: AddWatchFlags = AddWatchFlags::IN_ATTRIB
@@ -380,7 +410,19 @@ impl Tracker {
             dirty: BTreeSet::new(),
             pending_dirs: Vec::new(),
             last_full: None,
+            exclude: Vec::new(),
         })
+    }
+
+    /// Leaves these paths (and what is below them) alone.
+    pub fn with_exclude(mut self, exclude: Vec<PathBuf>) -> Self {
+        self.exclude = exclude;
+        self.last_full = None;
+        self
+    }
+
+    pub fn exclude(&self) -> &[PathBuf] {
+        &self.exclude
     }
 
     fn watch(&mut self, dir: &Path) {
@@ -446,15 +488,18 @@ impl Tracker {
             self.dirty.clear();
             self.pending_dirs.clear();
             let top = self.top.clone();
-            walk(&top, &mut entries, &mut report, &mut |d| {
+            walk(&top, &self.exclude, &mut entries, &mut report, &mut |d| {
                 found_dirs.push(d.to_path_buf())
             });
         } else {
             for p in std::mem::take(&mut self.dirty) {
+                if excluded(&self.exclude, &p) {
+                    continue;
+                }
                 let new_dir = fs::symlink_metadata(&p).is_ok_and(|m| m.is_dir())
                     && !self.watched.contains(&p);
                 if new_dir {
-                    walk(&p, &mut entries, &mut report, &mut |d| {
+                    walk(&p, &self.exclude, &mut entries, &mut report, &mut |d| {
                         found_dirs.push(d.to_path_buf())
                     });
                 } else {

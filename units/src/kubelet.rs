@@ -84,7 +84,12 @@ impl KubeletSpec {
         };
         let mut v = vec![
             ("/etc/cni/net.d", "/etc/cni/net.d", z("ro,z")),
-            ("/etc/kubernetes", "/etc/kubernetes", z("ro,z")),
+            // No relabel option on /etc/kubernetes and /var/lib/kubelet: podman's `z` would
+            // relabel everything below at every start, the bootstrap token and the node's key
+            // included (readable by any container through a hostPath). kubelet runs privileged
+            // (no SELinux confinement) and needs none; nodectld keeps the shared files at
+            // container_file_t:s0 and the credentials at the policy default.
+            ("/etc/kubernetes", "/etc/kubernetes", "ro".into()),
             ("/etc/machine-id", "/etc/machine-id", "ro".into()),
             ("/usr/lib/os-release", "/etc/os-release", "ro".into()),
             ("/lib/modules", "/lib/modules", "ro".into()),
@@ -97,7 +102,7 @@ impl KubeletSpec {
         }
         v.extend([
             ("/var/lib/containerd", "/var/lib/containerd", String::new()),
-            ("/var/lib/kubelet", "/var/lib/kubelet", z("rshared,z")),
+            ("/var/lib/kubelet", "/var/lib/kubelet", "rshared".into()),
             ("/var/log", "/var/log", String::new()),
         ]);
         // Typhoon mounts the lock directory for podman's kubelet only (FCOS).
@@ -251,8 +256,10 @@ mod tests {
     fn podman_runs_kubelet_as_main_process_with_shared_labels() {
         let u = spec(Runtime::Podman, Role::Worker).unit();
         assert!(u.contains("ExecStart=/usr/bin/podman run --name kubelet \\"));
-        assert!(u.contains("--volume /etc/kubernetes:/etc/kubernetes:ro,z"));
-        assert!(u.contains("--volume /var/lib/kubelet:/var/lib/kubelet:rshared,z"));
+        // Never a relabel of the trees that hold credentials (it would undo their labels).
+        assert!(u.contains("--volume /etc/kubernetes:/etc/kubernetes:ro \\"));
+        assert!(u.contains("--volume /var/lib/kubelet:/var/lib/kubelet:rshared \\"));
+        assert!(u.contains("--volume /etc/cni/net.d:/etc/cni/net.d:ro,z"));
         assert!(u.contains("Delegate=yes") && u.contains("Restart=always"));
         assert!(
             u.contains("After=nodectld.service"),

@@ -42,6 +42,33 @@ expect "status shows the node's certificate" "$(nodectl status --json | jq -r .c
 check "status shows its expiry (Typhoon's 72h)" sh -c 'nodectl status --json | jq -e ".credentials.expires_in_s > 71*3600 and .credentials.expires_in_s <= 72*3600"'
 nodectl status | grep -E 'Credentials:' | sed 's/^/  | /'
 check "nodectl status (human) shows the expiry" sh -c 'nodectl status | grep -q "Credentials: system:node:worker-1 valid until .* (in 7[01]h"'
+
+echo "## K3: node credentials unreadable from containers, even through a hostPath mount; kept so across a kubelet restart"
+busybox_image localhost/pod:1 >/dev/null
+current=$(readlink -f /var/lib/kubelet/pki/kubelet-client-current.pem)
+hostpath_reads() { # DIR FILE: a level-s0 pod with DIR mounted at /host without relabel reads FILE
+  podman run --rm --security-opt label=level:s0 -v "$1:/host:ro" localhost/pod:1 cat "/host/$2" 2>&1 | head -1
+}
+k3() { # the checks, run before and after a kubelet restart
+  echo "  | key $(stat -c %C "$current"), node kubeconfig $(stat -c %C /var/lib/kubelet/kubeconfig), bootstrap kubeconfig $(stat -c %C /etc/kubernetes/kubeconfig)"
+  check "K3$1 the kubelet's key is not container-readable ($(stat -c %C "$current" | cut -d: -f3))" sh -c "! stat -c %C '$current' | grep -q container_file_t"
+  check "K3$1 a pod with -v /var/lib/kubelet:/host:ro cannot read the kubelet's key" \
+    grep -q 'Permission denied' <<<"$(hostpath_reads /var/lib/kubelet "pki/$(basename "$current")")"
+  check "K3$1 ... nor the node kubeconfig" grep -q 'Permission denied' <<<"$(hostpath_reads /var/lib/kubelet kubeconfig)"
+  check "K3$1 a pod with -v /etc/kubernetes:/host:ro cannot read the bootstrap token" \
+    grep -q 'Permission denied' <<<"$(hostpath_reads /etc/kubernetes kubeconfig)"
+  expect "K3$1 shared files stay shared: kubelet.yaml" "$(stat -c %C /etc/kubernetes/kubelet.yaml)" system_u:object_r:container_file_t:s0
+  expect "K3$1 a pod reads the shared kubelet.yaml" "$(hostpath_reads /etc/kubernetes kubelet.yaml)" "# Managed by nodectl: changes here are overwritten (see nodectl's kubelet.* settings)."
+  expect "K3$1 modes: key 0600, pki 0700" "$(stat -c %a "$current") $(stat -c %a /var/lib/kubelet/pki)" "600 700"
+}
+k3 a
+systemctl restart kubelet.service
+check "kubelet restarted" wait_until 60 sh -c '[ "$(systemctl is-active kubelet.service)" = active ]'
+k3 b
+out=$(nodectl audit --json); rc=$?
+echo "  | nodectl audit: exit $rc, $(jq -r '[.findings[].id] | join(", ")' <<<"$out")"
+expect "the audit finds the bootstrap token still on disk (and nothing about labels or modes)" \
+  "$(jq -r '[.findings[].id] | unique | join(",")' <<<"$out")" "bootstrap-token-on-disk"
 journalctl -u kubelet.service --no-pager -o cat | grep 'stand-in' | tail -2 | sed 's/^/  | /'
 expect "podman runs the operator's image as container 'kubelet'" "$(podman ps --filter name=^kubelet$ --format '{{.Image}}')" "$STANDIN"
 check "the command line is the rendered one (worker label, config)" sh -c \
@@ -53,6 +80,18 @@ start=$SECONDS
 check "kubelet stops on SIGTERM (podman stop)" systemctl stop kubelet.service
 expect "it stopped within 10 s, not after podman's timeout" "$([ $((SECONDS - start)) -lt 10 ] && echo yes || echo "no ($((SECONDS - start)) s)")" yes
 check "the stand-in saw SIGTERM" sh -c 'journalctl -u kubelet.service --no-pager -o cat | grep -q "SIGTERM, exiting"'
+echo "## K4: the agent's own surface: systemd hardening, no secret in any log line"
+# Recorded in docs/security.md; a change that makes it worse fails here.
+EXPOSURE_MAX=9.9
+score=$(systemd-analyze security nodectld.service --no-pager 2>/dev/null | tail -1 | grep -o '[0-9][0-9]*\.[0-9]' | head -1)
+systemd-analyze security nodectld.service --no-pager 2>/dev/null | tail -1 | sed 's/^/  | /'
+check "K4 systemd-analyze security nodectld.service: $score, no worse than $EXPOSURE_MAX" \
+  awk -v s="$score" -v m="$EXPOSURE_MAX" 'BEGIN { exit !(s != "" && s + 0 <= m + 0) }'
+expect "K4 the test token appears nowhere in this boot's journal (all fields)" \
+  "$(journalctl -b -o verbose --no-pager | grep -c 0123456789abcdef)" 0
+keyline=$(sed -n '/PRIVATE KEY-----$/,/END/p' "$current" | sed -n 2p)
+check "K4 the node's key bytes appear nowhere in this boot's journal" \
+  sh -c "[ -n '$keyline' ] && ! journalctl -b -o verbose --no-pager | grep -qF -- '$keyline'"
 stop_apiserver_double
 
 echo "## K2: flannel's MAC and nodectld's 50-flannel.link"
