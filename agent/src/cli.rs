@@ -314,6 +314,7 @@ async fn status_from_disk(root: &Root, why: String) -> Status {
     };
     st.settings = Some(settings.clone());
     st.credentials = status::Credentials::read(root);
+    st.audit = Some(status::AuditSummary::read(root, &settings));
     match systemd_for(root).await {
         Ok(sd) => {
             let cx = Cx::new(root.clone(), host, settings, sd);

@@ -260,6 +260,10 @@ async fn start_fleetlock(
     ))))
 }
 
+/// Prometheus text metrics, rewritten after every pass (node_exporter:
+/// `--collector.textfile.directory=/run/nodectl/metrics`).
+pub const METRICS: &str = "/run/nodectl/metrics/nodectl.prom";
+
 /// One pass: apply what was loaded, publish the status.
 async fn pass(
     root: &Root,
@@ -324,10 +328,12 @@ async fn pass(
             let mut st = shared.status.lock().await;
             st.config_error = None;
             st.host = Some(HostStatus::new(&cx.host, &cx.labeler));
+            st.audit = Some(status::AuditSummary::read(root, &cx.settings));
             st.settings = Some(cx.settings);
             st.set_report(&report);
             st.systemd_calls = calls;
             st.credentials = status::Credentials::read(root);
+
             if let Some(k) = kubelet {
                 st.set_kubelet(k);
             }
@@ -347,6 +353,16 @@ async fn pass(
         st.daemon.ready = true;
         st.daemon.passes = passes;
         st.daemon.status_line = line.clone();
+    }
+    // Metrics for node_exporter's textfile collector (written atomically).
+    let text = status::metrics(&*shared.status.lock().await);
+    let path = root.path(METRICS);
+    let tmp = path.with_extension("prom.tmp");
+    if let Err(e) = std::fs::create_dir_all(path.parent().expect("a parent"))
+        .and_then(|_| std::fs::write(&tmp, text))
+        .and_then(|_| std::fs::rename(&tmp, &path))
+    {
+        tracing::warn!("writing {}: {e}", path.display());
     }
     notify(&[NotifyState::Ready, NotifyState::Status(&line)]);
     recheck

@@ -35,6 +35,102 @@ pub struct Status {
     pub credentials: Option<Credentials>,
     /// Reboot coordination (FleetLock), while nodectld serves it.
     pub reboot: Option<crate::reboot::coordinator::RebootStatus>,
+    /// `nodectl audit`'s findings, summarised.
+    pub audit: Option<AuditSummary>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuditSummary {
+    pub high: usize,
+    pub medium: usize,
+    pub low: usize,
+    /// The ids found (each once).
+    pub ids: Vec<String>,
+}
+
+impl AuditSummary {
+    pub fn of(findings: &[crate::audit::Finding]) -> Self {
+        use crate::audit::Severity;
+        let n = |s: Severity| findings.iter().filter(|f| f.severity == s).count();
+        let mut ids: Vec<String> = findings.iter().map(|f| f.id.clone()).collect();
+        ids.dedup();
+        ids.sort();
+        ids.dedup();
+        AuditSummary {
+            high: n(Severity::High),
+            medium: n(Severity::Medium),
+            low: n(Severity::Low),
+            ids,
+        }
+    }
+
+    /// Runs the audit on the node (for status).
+    pub fn read(root: &crate::root::Root, settings: &Settings) -> Self {
+        let os = ["/etc/os-release", "/usr/lib/os-release"]
+            .iter()
+            .find_map(|p| std::fs::read_to_string(root.path(p)).ok())
+            .unwrap_or_default();
+        let label_of = |p: &std::path::Path| {
+            nodectl_selinux::relabel::stored_label(&root.path(p))
+                .ok()
+                .flatten()
+        };
+        Self::of(&crate::audit::audit(root, settings, &os, &label_of))
+    }
+}
+
+/// The Prometheus text exposition of a status (for node_exporter's textfile collector).
+pub fn metrics(st: &Status) -> String {
+    let mut o = String::new();
+    let mut gauge = |name: &str, help: &str, samples: &[(String, f64)]| {
+        let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} gauge");
+        for (labels, v) in samples {
+            let _ = writeln!(o, "{name}{labels} {v}");
+        }
+    };
+    if let Some(a) = &st.audit {
+        gauge(
+            "nodectl_audit_findings",
+            "Security audit findings on this node, by severity (nodectl audit).",
+            &[
+                ("{severity=\"high\"}".into(), a.high as f64),
+                ("{severity=\"medium\"}".into(), a.medium as f64),
+                ("{severity=\"low\"}".into(), a.low as f64),
+            ],
+        );
+    }
+    if let Some(c) = &st.credentials {
+        gauge(
+            "nodectl_credentials_expiry_seconds",
+            "Seconds until the node's client certificate expires (negative: expired).",
+            &[(String::new(), c.expires_in_s as f64)],
+        );
+    }
+    if let Some(p) = &st.daemon.last_pass {
+        gauge(
+            "nodectl_last_pass_duration_seconds",
+            "Duration of nodectld's last convergence pass.",
+            &[(String::new(), p.duration_ms as f64 / 1000.0)],
+        );
+        gauge(
+            "nodectl_failed_steps",
+            "Steps that failed in the last pass.",
+            &[(String::new(), p.failed_steps.len() as f64)],
+        );
+    }
+    gauge(
+        "nodectl_passes_total",
+        "Convergence passes since nodectld started.",
+        &[(String::new(), st.daemon.passes as f64)],
+    );
+    if let Some(r) = &st.reboot {
+        gauge(
+            "nodectl_reboot_slots_held",
+            "Holders of this node's reboot group, as last seen.",
+            &[(String::new(), r.holders.len() as f64)],
+        );
+    }
+    o
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -261,6 +357,23 @@ impl Status {
                 let _ = write!(line, "; last failure {ago}s ago: {}", f.reason);
             }
             let _ = writeln!(o, "    Kubelet: {line}");
+        }
+        if let Some(a) = &self.audit {
+            let _ = writeln!(
+                o,
+                "      Audit: {}",
+                if a.ids.is_empty() {
+                    "no findings".to_string()
+                } else {
+                    format!(
+                        "{} high, {} medium, {} low: {} (nodectl audit)",
+                        a.high,
+                        a.medium,
+                        a.low,
+                        a.ids.join(", ")
+                    )
+                }
+            );
         }
         match &self.credentials {
             Some(c) if c.expires_in_s > 0 => {

@@ -185,6 +185,23 @@ async fn daemon_serves_status_and_wakes_on_events() {
     assert_eq!(v["credentials"]["subject"], "system:node:w1", "{v:#}");
     let left = v["credentials"]["expires_in_s"].as_i64().unwrap();
     assert!((72 * 3600 - 60..=72 * 3600).contains(&left), "{v:#}");
+    // The audit, summarised: the bootstrap token is still on disk, and this test wrote it
+    // readable by others (0644).
+    assert_eq!(
+        v["audit"]["ids"],
+        serde_json::json!(["bootstrap-token-on-disk", "key-mode"]),
+        "{v:#}"
+    );
+    // Metrics for node_exporter's textfile collector, rewritten after each pass.
+    let m = std::fs::read_to_string(root.join("run/nodectl/metrics/nodectl.prom")).unwrap();
+    for want in [
+        "# TYPE nodectl_credentials_expiry_seconds gauge\nnodectl_credentials_expiry_seconds 2591",
+        "nodectl_audit_findings{severity=\"high\"} 1\n",
+        "nodectl_audit_findings{severity=\"medium\"} 1\n",
+        "nodectl_failed_steps 0\n",
+    ] {
+        assert!(m.contains(want), "{want:?} not in:\n{m}");
+    }
 
     // A broken config fragment: the daemon reports it (file and key) and keeps running.
     std::fs::write(
