@@ -120,6 +120,20 @@ struct Cert {
     subject: String,
     issuer: String,
     spki: Vec<u8>,
+    der: Vec<u8>,
+}
+
+impl Cert {
+    /// This certificate's signature verifies with `ca`'s key (it validates against that CA).
+    fn signed_by(&self, ca: &Cert) -> bool {
+        let (Ok((_, c)), Ok((_, k))) = (
+            x509_parser::parse_x509_certificate(&self.der),
+            x509_parser::parse_x509_certificate(&ca.der),
+        ) else {
+            return false;
+        };
+        c.verify_signature(Some(k.public_key())).is_ok()
+    }
 }
 
 fn certs(pem: &[u8]) -> Vec<Cert> {
@@ -132,6 +146,7 @@ fn certs(pem: &[u8]) -> Vec<Cert> {
                 subject: c.subject().to_string(),
                 issuer: c.issuer().to_string(),
                 spki: c.public_key().raw.to_vec(),
+                der: p.contents.clone(),
             })
         })
         .collect()
@@ -210,7 +225,7 @@ pub fn audit(
     let kubelet_cert = Path::new(crate::credentials::CERT_DIR).join(crate::credentials::CURRENT);
     if let Ok(b) = root.read(&kubelet_cert) {
         for c in certs(&b).iter().take(1) {
-            if let Some((ep, e)) = etcd_cas.iter().find(|(_, e)| e.subject == c.issuer) {
+            if let Some((ep, e)) = etcd_cas.iter().find(|(_, e)| c.signed_by(e)) {
                 out.push(finding(
                     "shared-etcd-kubernetes-ca",
                     &kubelet_cert,
@@ -237,8 +252,11 @@ pub fn audit(
                 seen.insert(f.clone());
             }
             if let Some(b) = read(&f) {
+                // Signed by an etcd CA found on the node, or (none found) named for etcd.
                 let issued_by_etcd = certs(&b).iter().any(|c| {
-                    etcd_cas.iter().any(|(_, e)| e.subject == c.issuer) || c.issuer.contains("etcd")
+                    c.subject != c.issuer
+                        && (etcd_cas.iter().any(|(_, e)| c.signed_by(e))
+                            || c.issuer.to_lowercase().contains("etcd"))
                 });
                 if issued_by_etcd {
                     seen.insert(f);

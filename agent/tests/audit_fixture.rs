@@ -185,6 +185,16 @@ fn every_worker_finding_is_reported_and_fix_repairs_what_is_safe() {
         etcd_files.contains(&"/etc/ssl/etcd/etcd-client.key"),
         "{etcd_files:?}"
     );
+    assert!(
+        !etcd_files.contains(&"/etc/kubernetes/ca.crt"),
+        "the cluster CA is not an etcd credential to remove: {etcd_files:?}"
+    );
+    // The kubelet's certificate validates against the etcd CA (its signature, not its name).
+    let kubelet_shared = v["findings"].as_array().unwrap().iter().any(|f| {
+        f["id"] == "shared-etcd-kubernetes-ca"
+            && f["path"] == "/var/lib/kubelet/pki/kubelet-client-current.pem"
+    });
+    assert!(kubelet_shared, "{out}");
     let (_, human, _) = nodectl(r, &["audit"]);
     assert!(
         human.contains("HIGH   etcd-credentials-on-worker  /etc/ssl/etcd/etcd-client.key (file)"),
@@ -202,6 +212,10 @@ fn every_worker_finding_is_reported_and_fix_repairs_what_is_safe() {
         "{err}"
     );
     assert!(!r.join("etc/ssl/etcd/etcd-client.key").exists());
+    assert!(
+        r.join("etc/kubernetes/ca.crt").exists(),
+        "--fix removed the cluster CA"
+    );
     let mode = |p: &str| std::fs::metadata(r.join(p)).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode("var/lib/kubelet/pki"), 0o700);
     assert_eq!(
