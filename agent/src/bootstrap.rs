@@ -160,7 +160,10 @@ impl Bootstrap<'_> {
                 .map_err(local)?;
         let kubeconfig = csr::node_kubeconfig(&server, &ca, &current.display().to_string());
         self.writer
-            .write(&FileSpec::new(self.kubeconfig, kubeconfig, 0o600))
+            .write(&credentials::private(
+                self.writer,
+                FileSpec::new(self.kubeconfig, kubeconfig, 0o600),
+            ))
             .map_err(|e| BootstrapError::Local(e.to_string()))?;
         Ok(Issued {
             request: name,

@@ -76,6 +76,27 @@ pub fn jitter() -> f64 {
     (u64::from_le_bytes(b) >> 11) as f64 / (1u64 << 53) as f64
 }
 
+/// A credential's file spec with the private label (never container-readable; see
+/// `Labeler::private_for`).
+pub fn private(w: &Writer, spec: FileSpec) -> FileSpec {
+    match w.labeler().private_for(&spec.path, libc_file_mode()) {
+        Some(l) => spec.label(l),
+        None => spec,
+    }
+}
+
+/// The credentials directory (0700, private label).
+fn private_dir(w: &Writer) -> DirSpec {
+    DirSpec {
+        label: w.labeler().private_for(Path::new(CERT_DIR), 0o040000),
+        ..DirSpec::new(CERT_DIR, 0o700)
+    }
+}
+
+fn libc_file_mode() -> u32 {
+    0o100000 // S_IFREG
+}
+
 /// The pending request's key: the one kept on disk, or a new one written first (0600, through
 /// the one atomic write). `true` when it was created now.
 pub fn pending_key(w: &Writer) -> anyhow::Result<(rcgen::KeyPair, bool)> {
@@ -87,9 +108,12 @@ pub fn pending_key(w: &Writer) -> anyhow::Result<(rcgen::KeyPair, bool)> {
             Ok((key, false))
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            w.ensure_dir(&DirSpec::new(CERT_DIR, 0o700))?;
+            w.ensure_dir(&private_dir(w))?;
             let key = crate::csr::generate_key()?;
-            w.write(&FileSpec::new(&node_path, key.serialize_pem(), 0o600))?;
+            w.write(&private(
+                w,
+                FileSpec::new(&node_path, key.serialize_pem(), 0o600),
+            ))?;
             Ok((key, true))
         }
         Err(e) => Err(e).with_context(|| format!("reading {}", real.display())),
@@ -127,14 +151,14 @@ pub fn store(
     now: SystemTime,
 ) -> anyhow::Result<PathBuf> {
     let dir = Path::new(CERT_DIR);
-    w.ensure_dir(&DirSpec::new(CERT_DIR, 0o700))?;
+    w.ensure_dir(&private_dir(w))?;
     let name = format!("kubelet-client-{}.pem", stamp(now));
     let mut content = chain_pem.to_vec();
     if !content.ends_with(b"\n") {
         content.push(b'\n');
     }
     content.extend_from_slice(key_pem.as_bytes());
-    w.write(&FileSpec::new(dir.join(&name), content, 0o600))?;
+    w.write(&private(w, FileSpec::new(dir.join(&name), content, 0o600)))?;
     let real_dir = w.root().path(dir);
     let tmp = real_dir.join(format!(".{CURRENT}.nodectl-new"));
     let _ = std::fs::remove_file(&tmp);

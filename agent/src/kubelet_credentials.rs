@@ -203,10 +203,13 @@ fn kubeconfig_file(cx: &Cx) -> anyhow::Result<Option<FileSpec>> {
         .ok_or_else(|| anyhow::anyhow!("{}: the cluster has no server", source.display()))?;
     let ca = crate::kubeconfig::cluster_ca(&cx.root, source)?;
     let current = Path::new(credentials::CERT_DIR).join(credentials::CURRENT);
-    Ok(Some(FileSpec::new(
-        &s.kubeconfig,
-        crate::csr::node_kubeconfig(&server, &ca, &current.display().to_string()),
-        0o600,
+    Ok(Some(credentials::private(
+        &cx.writer(),
+        FileSpec::new(
+            &s.kubeconfig,
+            crate::csr::node_kubeconfig(&server, &ca, &current.display().to_string()),
+            0o600,
+        ),
     )))
 }
 

@@ -769,7 +769,7 @@ impl Relabel {
                     continue;
                 };
                 use std::os::unix::fs::MetadataExt;
-                if let Some(want) = cx.labeler.default_for(&node, meta.mode()) {
+                if let Some(want) = cx.labeler.private_for(&node, meta.mode()) {
                     if want != cur {
                         out.push((real, cur, want));
                     }

@@ -207,6 +207,17 @@ impl Context {
         self
     }
 
+    /// Whether containers may read files of this type (the container policy's content types).
+    pub fn is_container_readable(&self) -> bool {
+        matches!(
+            self.type_.as_str(),
+            "container_file_t"
+                | "container_ro_file_t"
+                | "container_share_t"
+                | "svirt_sandbox_file_t"
+        )
+    }
+
     /// Whether this is a label several containers can share (level `s0`, no categories).
     pub fn is_shared_level(&self) -> bool {
         matches!(&self.range, Some(Range { low, high: None }) if low.categories.is_empty())
@@ -348,6 +359,16 @@ mod tests {
             "system_u:object_r:container_file_t:s0:c584,c591"
         );
         assert!(!p.is_shared_level());
+    }
+
+    #[test]
+    fn container_content_types_are_container_readable() {
+        let c = |s: &str| s.parse::<Context>().unwrap();
+        assert!(c("system_u:object_r:container_file_t:s0").is_container_readable());
+        assert!(c("system_u:object_r:container_file_t:s0:c1,c2").is_container_readable());
+        assert!(c("system_u:object_r:container_ro_file_t:s0").is_container_readable());
+        assert!(!c("system_u:object_r:var_lib_t:s0").is_container_readable());
+        assert!(!c("system_u:object_r:etc_t:s0").is_container_readable());
     }
 
     #[test]

@@ -165,6 +165,29 @@ impl Labeler {
         s.parse().ok()
     }
 
+    /// The label for a node credential at `path` (node path): the policy's default, unless that
+    /// is a type containers may read (Fedora's container-selinux labels `/var/lib/kubelet`
+    /// `container_file_t`), then the generic type of its location (`var_lib_t` under `/var`,
+    /// `etc_t` elsewhere). `None` when labels are skipped.
+    pub fn private_for(&self, path: &Path, file_mode: u32) -> Option<Context> {
+        let d = self.default_for(path, file_mode)?;
+        if !d.is_container_readable() {
+            return Some(d);
+        }
+        let t = if path.starts_with("/var") {
+            "var_lib_t"
+        } else {
+            "etc_t"
+        };
+        let mls = d.range.is_some();
+        let c = d.with_type(t).with_user("system_u");
+        Some(if mls {
+            c.with_level(context::Level::s0())
+        } else {
+            c
+        })
+    }
+
     /// The label of `path` itself (a symlink is not followed). `None` when labels are skipped or
     /// the file has none.
     pub fn get(&self, path: &Path) -> Result<Option<Context>, LabelError> {
