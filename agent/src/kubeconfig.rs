@@ -136,6 +136,13 @@ pub async fn connect(
             user.client_key_data = Some(b64(&p)?.into());
         }
     }
+    let client = client(kc, retry).await.map_err(|e| err(node_path, e))?;
+    Ok(Connection { client, server, ca })
+}
+
+/// A kube client for a parsed kubeconfig: its current context, else its only (or first) one,
+/// as kubelet's loader picks it. `retry`: kube's retries of 429/503/504.
+pub async fn client(kc: Kubeconfig, retry: bool) -> Result<kube::Client, String> {
     let context = kc
         .current_context
         .clone()
@@ -146,10 +153,9 @@ pub async fn connect(
     };
     let mut cfg = kube::Config::from_custom_kubeconfig(kc, &opts)
         .await
-        .map_err(|e| err(node_path, e.to_string()))?;
+        .map_err(|e| e.to_string())?;
     cfg.default_retry = retry;
-    let client = kube::Client::try_from(cfg).map_err(|e| err(node_path, e.to_string()))?;
-    Ok(Connection { client, server, ca })
+    kube::Client::try_from(cfg).map_err(|e| e.to_string())
 }
 
 /// The cluster CA certificates (PEM) of the kubeconfig at `node_path`: from

@@ -46,15 +46,7 @@ fn now() -> u64 {
 async fn client(api: &Double, user: &str) -> kube::Client {
     let kc = api.client_kubeconfig(user, &["system:nodes"]).unwrap();
     let kc = nodectl::kubeconfig::parse(&kc, std::path::Path::new("kc")).unwrap();
-    let opts = kube::config::KubeConfigOptions {
-        context: kc.current_context.clone(),
-        ..Default::default()
-    };
-    let mut cfg = kube::Config::from_custom_kubeconfig(kc, &opts)
-        .await
-        .unwrap();
-    cfg.default_retry = false;
-    kube::Client::try_from(cfg).unwrap()
+    nodectl::kubeconfig::client(kc, false).await.unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -68,19 +68,7 @@ pub async fn client_for(kubeconfig: &str) -> kube::Client {
 /// 429 is an answer, not a transient failure).
 pub async fn client_with(kubeconfig: &str, retry: bool) -> kube::Client {
     let kc = nodectl::kubeconfig::parse(kubeconfig, Path::new("kubeconfig")).unwrap();
-    let context = kc
-        .current_context
-        .clone()
-        .or_else(|| kc.contexts.first().map(|c| c.name.clone()));
-    let opts = kube::config::KubeConfigOptions {
-        context,
-        ..Default::default()
-    };
-    let mut cfg = kube::Config::from_custom_kubeconfig(kc, &opts)
-        .await
-        .unwrap();
-    cfg.default_retry = retry;
-    kube::Client::try_from(cfg).unwrap()
+    nodectl::kubeconfig::client(kc, retry).await.unwrap()
 }
 
 /// Who the server says this client is (a SelfSubjectReview).
