@@ -2,26 +2,14 @@
 //! each is reported with its id, and a clean node has none. `--fix` removes etcd credentials
 //! from a worker and fixes modes.
 
+mod common;
+use common::nodectl;
+
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
-use std::process::Command;
 
 const FCOS: &str = "NAME=\"Fedora Linux\"\nID=fedora\nVERSION_ID=42\nVARIANT_ID=coreos\n";
 const SHARED: &str = "system_u:object_r:container_file_t:s0";
-
-fn nodectl(root: &Path, args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_nodectl"))
-        .arg("--root")
-        .arg(root)
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
 
 fn put(root: &Path, p: &str, content: &[u8], mode: u32) {
     let f = root.join(p.trim_start_matches('/'));

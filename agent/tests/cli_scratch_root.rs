@@ -1,8 +1,10 @@
 //! Tier 1: the `nodectl` binary against a scratch root (no root, no systemd: the offline
 //! stand-in records what systemd would be asked).
 
+mod common;
+use common::nodectl;
+
 use std::path::Path;
-use std::process::Command;
 
 const FCOS: &str = "NAME=\"Fedora Linux\"\nID=fedora\nVERSION_ID=42\nVARIANT_ID=coreos\nPRETTY_NAME=\"Fedora CoreOS 42\"\n";
 
@@ -12,20 +14,6 @@ fn scratch(config: &str) -> tempfile::TempDir {
     std::fs::write(d.path().join("etc/os-release"), FCOS).unwrap();
     std::fs::write(d.path().join("etc/nodectl/config.d/10-node.toml"), config).unwrap();
     d
-}
-
-fn nodectl(root: &Path, args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_nodectl"))
-        .arg("--root")
-        .arg(root)
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 fn example_worker() -> String {
