@@ -174,16 +174,17 @@ pub fn store(
 }
 
 /// The current chain and key (what `kubelet-client-current.pem` points at), if any.
-pub fn current(w: &Writer) -> anyhow::Result<Option<Vec<u8>>> {
-    let link = w.root().path(Path::new(CERT_DIR).join(CURRENT));
-    let target = match std::fs::read_link(&link) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e).with_context(|| link.display().to_string()),
-    };
-    let real = w.root().path(&target);
+pub fn current(root: &crate::root::Root) -> anyhow::Result<Option<Vec<u8>>> {
+    let link = Path::new(CERT_DIR).join(CURRENT);
+    if std::fs::symlink_metadata(root.path(&link))
+        .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
+    {
+        return Ok(None);
+    }
+    // A dangling link is an error, not "no certificate".
     Ok(Some(
-        std::fs::read(&real).with_context(|| real.display().to_string())?,
+        root.read(&link)
+            .with_context(|| root.path(&link).display().to_string())?,
     ))
 }
 
@@ -274,7 +275,7 @@ mod tests {
             cur,
             Path::new("/var/lib/kubelet/pki/kubelet-client-current.pem")
         );
-        let got = current(&w).unwrap().unwrap();
+        let got = current(&root).unwrap().unwrap();
         assert!(got.starts_with(chain.as_bytes()));
         assert!(String::from_utf8_lossy(&got).contains("PRIVATE KEY"));
         assert!(!root.path(Path::new(CERT_DIR).join(PENDING_KEY)).exists());
@@ -292,7 +293,10 @@ mod tests {
             t0 + Duration::from_secs(3600),
         )
         .unwrap();
-        assert!(current(&w).unwrap().unwrap().starts_with(chain2.as_bytes()));
+        assert!(current(&root)
+            .unwrap()
+            .unwrap()
+            .starts_with(chain2.as_bytes()));
         assert!(root.path(target).exists());
         use std::os::unix::fs::PermissionsExt;
         let f = root.path("/var/lib/kubelet/pki/kubelet-client-2026-11-30-01-53-20.pem");

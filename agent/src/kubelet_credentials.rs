@@ -55,8 +55,8 @@ pub struct Held {
 
 /// Reads `kubelet-client-current.pem`. `Ok(None)` when there is none; an unreadable or garbled
 /// file is an error naming it.
-pub fn held(w: &Writer) -> anyhow::Result<Option<Held>> {
-    let Some(pem) = credentials::current(w)? else {
+pub fn held(root: &crate::root::Root) -> anyhow::Result<Option<Held>> {
+    let Some(pem) = credentials::current(root)? else {
         return Ok(None);
     };
     let path = Path::new(credentials::CERT_DIR).join(credentials::CURRENT);
@@ -241,8 +241,7 @@ impl KubeletCredentials {
 
     /// What to do about the certificate now, given the phase (the part of observe that decides).
     fn assess(&self, cx: &Cx) -> anyhow::Result<(Option<Held>, Need, Phase)> {
-        let w = cx.writer();
-        let held = match held(&w) {
+        let held = match held(&cx.root) {
             Ok(h) => h,
             Err(e) => {
                 tracing::warn!("{e:#}; requesting a new certificate");
@@ -587,21 +586,8 @@ impl Step for KubeletCredentials {
 }
 
 /// The node's certificate, read from disk (`None` when absent or unreadable).
-pub fn summary(w: &Writer) -> Option<Held> {
-    held(w).ok().flatten()
-}
-
-/// As [`summary`], for callers without a labeler (status).
 pub fn read(root: &crate::root::Root) -> Option<Held> {
-    let l = nodectl_selinux::Labeler::new(
-        root.dir(),
-        &nodectl_selinux::HostSelinux {
-            mode: nodectl_selinux::Mode::Absent,
-            mls: false,
-            policy: None,
-        },
-    );
-    summary(&Writer::new(root, &l))
+    held(root).ok().flatten()
 }
 
 #[cfg(test)]

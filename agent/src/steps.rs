@@ -425,7 +425,7 @@ impl Step for BootstrapKubeconfig {
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                     // Removed after the node got its own certificate: not needed until that
                     // certificate expires or is refused.
-                    let held = crate::kubelet_credentials::summary(&cx.writer());
+                    let held = crate::kubelet_credentials::read(&cx.root);
                     let now = std::time::SystemTime::now();
                     match held {
                         Some(h)
