@@ -589,20 +589,10 @@ async fn handle(
             if !may_use_csrs(&user) {
                 return forbidden(&user, "create");
             }
-            let body = req
-                .into_body()
-                .collect()
-                .await
-                .map(|b| b.to_bytes())
-                .unwrap_or_default();
-            let Ok(obj) = serde_json::from_slice::<Value>(&body) else {
-                return fail(
-                    StatusCode::BAD_REQUEST,
-                    "BadRequest",
-                    "the body is not JSON",
-                );
-            };
-            create(&inner, &user, obj).await
+            match json_of(&body_of(req).await, "the body") {
+                Ok(obj) => create(&inner, &user, obj).await,
+                Err(r) => *r,
+            }
         }
         (Method::GET, CSR_PATH) => {
             if !may_use_csrs(&user) {
@@ -660,18 +650,9 @@ async fn handle(
                 return fail(StatusCode::FORBIDDEN, "Forbidden", "nodes is forbidden");
             }
             let name = p["/api/v1/nodes/".len()..].to_string();
-            let body = req
-                .into_body()
-                .collect()
-                .await
-                .map(|b| b.to_bytes())
-                .unwrap_or_default();
-            let Ok(patch) = serde_json::from_slice::<Value>(&body) else {
-                return fail(
-                    StatusCode::BAD_REQUEST,
-                    "BadRequest",
-                    "the patch is not JSON",
-                );
+            let patch = match json_of(&body_of(req).await, "the patch") {
+                Ok(p) => p,
+                Err(r) => return *r,
             };
             let mut st = inner.state.lock().expect("state");
             st.rv += 1;
@@ -760,6 +741,25 @@ async fn handle(
 
 const LEASES: &str = "/apis/coordination.k8s.io/v1/namespaces/";
 
+async fn body_of(req: Request<Incoming>) -> Bytes {
+    req.into_body()
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default()
+}
+
+/// The body as JSON, or the API server's 400 `Status` (`what` is not JSON).
+fn json_of(body: &[u8], what: &str) -> Result<Value, Box<Response<Body>>> {
+    serde_json::from_slice(body).map_err(|_| {
+        Box::new(fail(
+            StatusCode::BAD_REQUEST,
+            "BadRequest",
+            &format!("{what} is not JSON"),
+        ))
+    })
+}
+
 fn is_node_or_admin(u: &User) -> bool {
     u.groups
         .iter()
@@ -829,12 +829,7 @@ async fn leases(
         );
     }
     let method = req.method().clone();
-    let body = req
-        .into_body()
-        .collect()
-        .await
-        .map(|b| b.to_bytes())
-        .unwrap_or_default();
+    let body = body_of(req).await;
     let not_found = |n: &str| {
         fail(
             StatusCode::NOT_FOUND,
@@ -850,12 +845,9 @@ async fn leases(
             None => not_found(&n),
         },
         (Method::POST, None) | (Method::PUT, Some(_)) => {
-            let Ok(mut obj) = serde_json::from_slice::<Value>(&body) else {
-                return fail(
-                    StatusCode::BAD_REQUEST,
-                    "BadRequest",
-                    "the body is not JSON",
-                );
+            let mut obj = match json_of(&body, "the body") {
+                Ok(o) => o,
+                Err(r) => return *r,
             };
             let Some(n) = obj["metadata"]["name"].as_str().map(String::from) else {
                 return fail(
