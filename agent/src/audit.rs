@@ -366,12 +366,7 @@ pub fn audit(
     }
 
     // Keys: modes, directories, labels.
-    let credential_paths: Vec<PathBuf> = vec![
-        settings.bootstrap_kubeconfig.clone(),
-        settings.kubeconfig.clone(),
-        PathBuf::from(crate::credentials::CERT_DIR),
-        PathBuf::from("/var/lib/nodectl"),
-    ];
+    let credential_paths = crate::credentials::paths(settings);
     let mut dirs_flagged = std::collections::BTreeSet::new();
     for dir in KEY_DIRS {
         for f in files_under(root, Path::new(dir)) {

@@ -76,10 +76,21 @@ pub fn jitter() -> f64 {
     (u64::from_le_bytes(b) >> 11) as f64 / (1u64 << 53) as f64
 }
 
+/// The node's credentials (node paths; directories include what is below them): never
+/// container-readable, kept out of the relabel step's shared trees, checked by the audit.
+pub fn paths(settings: &crate::config::Settings) -> Vec<PathBuf> {
+    vec![
+        settings.bootstrap_kubeconfig.clone(),
+        settings.kubeconfig.clone(),
+        PathBuf::from(CERT_DIR),
+        PathBuf::from("/var/lib/nodectl"),
+    ]
+}
+
 /// A credential's file spec with the private label (never container-readable; see
 /// `Labeler::private_for`).
 pub fn private(w: &Writer, spec: FileSpec) -> FileSpec {
-    match w.labeler().private_for(&spec.path, libc_file_mode()) {
+    match w.labeler().private_for(&spec.path, S_IFREG) {
         Some(l) => spec.label(l),
         None => spec,
     }
@@ -93,9 +104,7 @@ fn private_dir(w: &Writer) -> DirSpec {
     }
 }
 
-fn libc_file_mode() -> u32 {
-    0o100000 // S_IFREG
-}
+const S_IFREG: u32 = 0o100000;
 
 /// The pending request's key: the one kept on disk, or a new one written first (0600, through
 /// the one atomic write). `true` when it was created now.

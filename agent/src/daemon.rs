@@ -325,14 +325,17 @@ async fn pass(
                 .state(nodectl_units::kubelet::KUBELET_UNIT)
                 .await
                 .ok();
+            // File reads: done before the status is locked (GetStatus waits on that lock).
+            let audit = status::AuditSummary::read(root, &cx.settings);
+            let credentials = status::Credentials::read(root);
             let mut st = shared.status.lock().await;
             st.config_error = None;
             st.host = Some(HostStatus::new(&cx.host, &cx.labeler));
-            st.audit = Some(status::AuditSummary::read(root, &cx.settings));
+            st.audit = Some(audit);
             st.settings = Some(cx.settings);
             st.set_report(&report);
             st.systemd_calls = calls;
-            st.credentials = status::Credentials::read(root);
+            st.credentials = credentials;
 
             if let Some(k) = kubelet {
                 st.set_kubelet(k);

@@ -734,23 +734,13 @@ impl Relabel {
         nodectl_selinux::Context::shared_container_file()
     }
 
-    /// Node credentials (node paths): never the shared label, even inside a managed tree.
-    pub fn private(cx: &Cx) -> Vec<PathBuf> {
-        vec![
-            cx.settings.bootstrap_kubeconfig.clone(),
-            cx.settings.kubeconfig.clone(),
-            PathBuf::from(crate::credentials::CERT_DIR),
-            PathBuf::from("/var/lib/nodectl"),
-        ]
-    }
-
     /// Private files that carry a container-readable label now, with the label they should
     /// have (the policy default): (real path, current, wanted).
     fn private_fixes(
         cx: &Cx,
     ) -> Vec<(PathBuf, nodectl_selinux::Context, nodectl_selinux::Context)> {
         let mut out = Vec::new();
-        for p in Self::private(cx) {
+        for p in crate::credentials::paths(&cx.settings) {
             let real = cx.root.path(&p);
             let mut paths = vec![(p.clone(), real.clone())];
             if let Ok(rd) = std::fs::read_dir(&real) {
@@ -787,7 +777,10 @@ impl Relabel {
         let mut trackers = self.trackers.lock().expect("relabel trackers");
         trackers.retain(|t, _| cx.settings.relabel.iter().any(|x| cx.root.path(x) == *t));
         let mut out = Vec::new();
-        let private: Vec<PathBuf> = Self::private(cx).iter().map(|p| cx.root.path(p)).collect();
+        let private: Vec<PathBuf> = crate::credentials::paths(&cx.settings)
+            .iter()
+            .map(|p| cx.root.path(p))
+            .collect();
         for tree in &cx.settings.relabel {
             let real = cx.root.path(tree);
             if !real.exists() {
