@@ -392,6 +392,30 @@ fn issued_since(cx: &Cx, t: SystemTime) -> bool {
         .is_some_and(|m| m >= t)
 }
 
+impl Phase {
+    /// No new request now: one runs, a backoff has time left, or a refusal stands (no operator
+    /// action, no new bootstrap kubeconfig, its hour not over).
+    fn holds_off(&self, cx: &Cx) -> bool {
+        match self {
+            Phase::Running { .. } => true,
+            Phase::Backoff { since, until, .. } => {
+                !overridden(cx, *since) && left(*until) > Duration::ZERO
+            }
+            Phase::Refused {
+                since,
+                until,
+                bootstrap_kubeconfig,
+                ..
+            } => {
+                !overridden(cx, *since)
+                    && left(*until) > Duration::ZERO
+                    && *bootstrap_kubeconfig == KubeletCredentials::bootstrap_kubeconfig_bytes(cx)
+            }
+            Phase::Idle => false,
+        }
+    }
+}
+
 /// An operator's pass overrides a backoff set before it began (not one its own attempt set).
 fn overridden(cx: &Cx, since: SystemTime) -> bool {
     cx.forced && since < cx.started
@@ -431,10 +455,10 @@ impl Step for KubeletCredentials {
                 Phase::Running { via, .. } => Some(format!("requesting a certificate ({via})")),
                 Phase::Backoff {
                     attempt,
-                    since,
                     until,
                     reason,
-                } if !overridden(cx, *since) && left(*until) > Duration::ZERO => {
+                    ..
+                } if phase.holds_off(cx) => {
                     cx.recheck_in(left(*until));
                     Some(format!(
                         "{reason}; attempt {} in {} s",
@@ -444,17 +468,8 @@ impl Step for KubeletCredentials {
                 }
                 _ => None,
             };
-            if let Phase::Refused {
-                since,
-                until,
-                reason,
-                bootstrap_kubeconfig,
-            } = &phase
-            {
-                let acted = overridden(cx, *since)
-                    || left(*until) == Duration::ZERO
-                    || *bootstrap_kubeconfig != Self::bootstrap_kubeconfig_bytes(cx);
-                if !acted && !matches!(need, Need::Nothing) {
+            if let Phase::Refused { until, reason, .. } = &phase {
+                if phase.holds_off(cx) && !matches!(need, Need::Nothing) {
                     cx.recheck_in(left(*until));
                     anyhow::bail!(
                         "{reason} (next request at {}, or after `nodectl converge`, SIGHUP or a new {})",
@@ -523,23 +538,7 @@ impl Step for KubeletCredentials {
     fn apply<'a>(&'a self, cx: &'a Cx) -> BoxFuture<'a, anyhow::Result<()>> {
         async move {
             let (_, need, phase) = self.assess(cx)?;
-            let waiting = match phase {
-                Phase::Running { .. } => true,
-                Phase::Backoff { since, until, .. } => {
-                    !overridden(cx, since) && left(until) > Duration::ZERO
-                }
-                Phase::Refused {
-                    since,
-                    until,
-                    bootstrap_kubeconfig,
-                    ..
-                } => {
-                    !overridden(cx, since)
-                        && left(until) > Duration::ZERO
-                        && bootstrap_kubeconfig == Self::bootstrap_kubeconfig_bytes(cx)
-                }
-                Phase::Idle => false,
-            };
+            let waiting = phase.holds_off(cx);
             let via = match need {
                 Need::Nothing => None,
                 Need::Rotate(_) => Some(Via::NodeCertificate),
