@@ -121,7 +121,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         )
         .await;
         if let (None, Some(s)) = (&fleetlock, &settings) {
-            match start_fleetlock(&opts.root, s, &systemd, &shared).await {
+            match start_reboots(&opts.root, s, &systemd, &shared).await {
                 Ok(t) => fleetlock = t,
                 Err(e) => tracing::error!("FleetLock endpoint not started: {e:#}"),
             }
@@ -163,7 +163,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
 
 /// With a reboot strategy and the node's own credentials in place: serves FleetLock on
 /// `reboot.listen` for Zincati, or follows update_engine (Flatcar). `Ok(None)`: not (yet) wanted.
-async fn start_fleetlock(
+async fn start_reboots(
     root: &Root,
     s: &Settings,
     systemd: &Systemd,
