@@ -20,16 +20,21 @@ pub fn nodectl(root: &Path, args: &[&str]) -> (i32, String, String) {
     )
 }
 
-/// A private dbus-daemon (standing in for the system bus), stopped on drop.
+/// A private dbus-daemon (standing in for the system bus), stopped on drop. Its socket lives
+/// in a directory of its own, removed on drop (the session config's `unix:tmpdir=/tmp` would
+/// leave a socket file in /tmp per killed daemon).
 pub struct Bus {
     child: Child,
     pub address: String,
+    _dir: tempfile::TempDir,
 }
 
 impl Bus {
     pub fn start() -> Bus {
+        let dir = tempfile::tempdir().unwrap();
         let mut child = Command::new("dbus-daemon")
             .args(["--session", "--nofork", "--print-address=1"])
+            .arg(format!("--address=unix:dir={}", dir.path().display()))
             .stdout(Stdio::piped())
             .spawn()
             .expect("dbus-daemon (Debian package dbus) is needed for this test");
@@ -40,6 +45,7 @@ impl Bus {
         Bus {
             child,
             address: line.trim().to_string(),
+            _dir: dir,
         }
     }
 }
