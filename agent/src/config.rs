@@ -66,6 +66,12 @@ pub const SCHEMA: &[(&str, &str, Kind, &str)] = &[
     ("kubelet", "seccomp_default", Kind::Bool, "true or false"),
     (
         "kubelet",
+        "credentials_check_secs",
+        Kind::Int,
+        "seconds >= 0 (0: never)",
+    ),
+    (
+        "kubelet",
         "cluster_dns",
         Kind::Str,
         "an IP address (the cluster DNS service)",
@@ -189,6 +195,7 @@ pub struct KubeletFragment {
     pub bootstrap_kubeconfig: Option<String>,
     pub kubeconfig: Option<String>,
     pub seccomp_default: Option<bool>,
+    pub credentials_check_secs: Option<i64>,
     pub cluster_dns: Option<String>,
     pub cluster_domain: Option<String>,
 }
@@ -347,7 +354,7 @@ impl Merged {
         merge_fields!(self, frag, file, node: role, name, labels, taints);
         merge_fields!(
             self, frag, file,
-            kubelet: image, runtime, bootstrap_kubeconfig, kubeconfig, seccomp_default, cluster_dns, cluster_domain
+            kubelet: image, runtime, bootstrap_kubeconfig, kubeconfig, seccomp_default, credentials_check_secs, cluster_dns, cluster_domain
         );
         merge_fields!(self, frag, file, network: provider);
         merge_fields!(self, frag, file, secrets: inbox);
@@ -465,6 +472,9 @@ pub struct Settings {
     pub kubeconfig: PathBuf,
     /// kubelet's `seccompDefault`: every pod gets the RuntimeDefault profile.
     pub seccomp_default: bool,
+    /// How often the API server is asked whether it still accepts the node's certificate (a
+    /// 401 sends the node back to the bootstrap token); 0: never.
+    pub credentials_check_secs: u64,
     pub cluster_dns: std::net::IpAddr,
     pub cluster_domain: String,
     pub network: Network,
@@ -696,6 +706,12 @@ impl Settings {
             windows: f.reboot.windows.clone().unwrap_or_default(),
             time_zone: f.reboot.time_zone.clone().unwrap_or_else(|| "UTC".into()),
         };
+        let credentials_check_secs = int(
+            "kubelet.credentials_check_secs",
+            f.kubelet.credentials_check_secs,
+            900,
+            0,
+        )? as u64;
         for w in &reboot_policy.windows {
             crate::reboot::windows::parse(w).map_err(|e| at("reboot.windows", e))?;
         }
@@ -720,6 +736,7 @@ impl Settings {
             bootstrap_kubeconfig,
             kubeconfig,
             seccomp_default,
+            credentials_check_secs,
             cluster_dns,
             cluster_domain,
             network,

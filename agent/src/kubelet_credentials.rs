@@ -14,7 +14,13 @@
 //! switching it needs no daemon-reload. On a controller, kubelet must run before the node has a
 //! certificate (the API server it asks is one of kubelet's static pods): until then the file
 //! leaves the flag out and kubelet runs standalone; once the certificate is issued, kubelet is
-//! restarted with it.
+//! restarted with it. It never goes back to standalone: with an expired or refused certificate
+//! kubelet keeps its kubeconfig until the new certificate comes (standalone, it would stop every
+//! pod the API server gave it).
+//!
+//! In the daemon, the API server is asked every `kubelet.credentials_check_secs` whether it
+//! still accepts the node's certificate, so a revoked one (or a rotated cluster CA) sends the
+//! node back to the bootstrap token within that time, not at the next renewal.
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -163,6 +169,10 @@ struct State {
     revoked: bool,
     /// Counts failed attempts in a row (backoff).
     failures: u32,
+    /// When the last check that the server accepts the node's certificate began, and whether
+    /// one runs now.
+    checked: Option<SystemTime>,
+    checking: bool,
     done: Option<tokio::sync::watch::Receiver<bool>>,
 }
 
@@ -214,11 +224,12 @@ fn kubeconfig_file(cx: &Cx) -> anyhow::Result<Option<FileSpec>> {
 }
 
 impl KubeletCredentials {
-    /// The files this pass should hold, given a valid certificate or not.
-    fn files(cx: &Cx, valid: bool) -> anyhow::Result<FileSet> {
+    /// The files this pass should hold: with the node kubeconfig once the node holds a
+    /// certificate of its own (`own`), standalone before.
+    fn files(cx: &Cx, own: bool) -> anyhow::Result<FileSet> {
         let mut files = Vec::new();
         let mut api = None;
-        if valid {
+        if own {
             if let Some(k) = kubeconfig_file(cx)? {
                 files.push(k);
                 api = Some(cx.settings.kubeconfig.as_path());
@@ -380,6 +391,90 @@ impl KubeletCredentials {
     }
 }
 
+impl KubeletCredentials {
+    /// In the daemon, every `kubelet.credentials_check_secs`: asks the API server, with the
+    /// node's kubeconfig, who the node is (a SelfSubjectReview, which every authenticated user
+    /// may create). A 401 (the certificate revoked, its CA rotated away) marks the certificate
+    /// refused and wakes the daemon, whose next pass requests one with the bootstrap token;
+    /// an unreachable server changes nothing. Returns how long until the next check is due.
+    fn check(&self, cx: &Cx) -> Option<Duration> {
+        let every = Duration::from_secs(cx.settings.credentials_check_secs);
+        let waker = cx.waker.clone()?;
+        if every.is_zero() || !cx.root.path(&cx.settings.kubeconfig).is_file() {
+            return None;
+        }
+        let mut st = self.state.lock().expect("credentials state");
+        let now = SystemTime::now();
+        let due = st.checked.map_or(now, |t| t + every);
+        if st.checking || now < due {
+            return Some(left(due));
+        }
+        st.checked = Some(now);
+        st.checking = true;
+        drop(st);
+        let state = self.state.clone();
+        let root = cx.root.clone();
+        let kubeconfig = cx.settings.kubeconfig.clone();
+        tokio::spawn(async move {
+            let verdict =
+                tokio::time::timeout(Duration::from_secs(30), accepted(&root, &kubeconfig))
+                    .await
+                    .unwrap_or_else(|_| Err("no answer within 30 s".into()));
+            let mut st = state.lock().expect("credentials state");
+            st.checking = false;
+            match verdict {
+                Ok(Some(user)) => tracing::debug!(%user, "the API server accepts the node's certificate"),
+                Ok(None) => {
+                    tracing::warn!(
+                        "the API server refused the node's certificate (401); requesting one with the bootstrap token"
+                    );
+                    st.revoked = true;
+                    drop(st);
+                    waker();
+                }
+                Err(e) => tracing::info!(
+                    "could not check the node's certificate with the API server ({e}); next check in {} s",
+                    every.as_secs()
+                ),
+            }
+        });
+        Some(every)
+    }
+}
+
+/// Whether the API server accepts the node kubeconfig's certificate: `Some(username)`, or
+/// `None` for a 401.
+async fn accepted(root: &crate::root::Root, kubeconfig: &Path) -> Result<Option<String>, String> {
+    use k8s_openapi::api::authentication::v1::SelfSubjectReview;
+    let conn = crate::kubeconfig::connect(root, kubeconfig, true)
+        .await
+        .map_err(|e| e.to_string())?;
+    let api: kube::Api<SelfSubjectReview> = kube::Api::all(conn.client);
+    match api
+        .create(
+            &kube::api::PostParams::default(),
+            &SelfSubjectReview::default(),
+        )
+        .await
+    {
+        Ok(r) => Ok(Some(
+            r.status
+                .and_then(|s| s.user_info)
+                .and_then(|u| u.username)
+                .unwrap_or_default(),
+        )),
+        Err(kube::Error::Api(s)) if s.code == 401 => Ok(None),
+        Err(e) => Err(format!("{}: {e}", conn.server)),
+    }
+}
+
+/// The node holds a certificate of its own (expired or refused included): kubelet keeps its
+/// kubeconfig. Standalone, kubelet would stop every pod the API server gave it; with the old
+/// certificate it keeps them running (and static pods run either way) until the new one comes.
+fn owns(held: Option<&Held>, cx: &Cx) -> bool {
+    held.is_some_and(|h| h.subject == format!("system:node:{}", cx.settings.node_name))
+}
+
 /// The current certificate file was written at or after `t`.
 fn issued_since(cx: &Cx, t: SystemTime) -> bool {
     let link = cx
@@ -440,8 +535,7 @@ impl Step for KubeletCredentials {
     fn observe<'a>(&'a self, cx: &'a Cx) -> BoxFuture<'a, anyhow::Result<Observation>> {
         async move {
             let (held, need, phase) = self.assess(cx)?;
-            let valid = matches!(need, Need::Nothing | Need::Rotate(_));
-            let mut changes = Self::files(cx, valid)?.changes(cx)?;
+            let mut changes = Self::files(cx, owns(held.as_ref(), cx))?.changes(cx)?;
             let controller = cx.settings.role == Role::Controller;
             let activity = match &phase {
                 Phase::Running {
@@ -490,6 +584,9 @@ impl Step for KubeletCredentials {
                 (Need::Nothing, _) => {
                     if let Some(h) = &held {
                         cx.recheck_in(left(h.rotate_at).max(Duration::from_secs(1)));
+                        if let Some(next) = self.check(cx) {
+                            cx.recheck_in(next.max(Duration::from_secs(1)));
+                        }
                     }
                 }
                 (Need::Rotate(_), Some(a)) => {
@@ -551,11 +648,10 @@ impl Step for KubeletCredentials {
                 let _ = tokio::time::timeout(cx.inline_wait, done.wait_for(|d| *d)).await;
             }
             // The files for whatever the node holds now.
-            let (_, need, _) = self.assess(cx)?;
-            let valid = matches!(need, Need::Nothing | Need::Rotate(_));
+            let (held, _, _) = self.assess(cx)?;
             // kubelet reads these at start: a content change restarts it, a mode or label fix
             // does not.
-            let set = Self::files(cx, valid)?;
+            let set = Self::files(cx, owns(held.as_ref(), cx))?;
             let w = cx.writer();
             let mut changed = false;
             for f in &set.files {

@@ -49,6 +49,11 @@ impl Node {
 
     /// One pass, as the daemon runs it (`forced`: an operator's `nodectl converge`).
     async fn pass(&self, forced: bool) -> Report {
+        self.pass_waking(forced, None).await
+    }
+
+    /// One pass whose background work may wake the "daemon" (as nodectld's passes can).
+    async fn pass_waking(&self, forced: bool, waker: Option<nodectl::context::Waker>) -> Report {
         let host = nodectl::load::host(&self.root).unwrap();
         let settings = nodectl::load::settings(&self.root, &host).unwrap();
         let mut cx = Cx::new(
@@ -59,6 +64,7 @@ impl Node {
         );
         cx.forced = forced;
         cx.inline_wait = Duration::from_secs(10);
+        cx.waker = waker;
         self.engine.apply(&cx).await
     }
 
@@ -181,7 +187,7 @@ async fn apiserver_down_then_up_backs_off_and_a_controller_runs_standalone_meanw
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_expired_certificate_is_replaced_through_the_bootstrap_token() {
     // Issued for 3 s (plus the signer's 5 s backdating): expired after 3 s.
-    let api = Double::start(Options {
+    let mut api = Double::start(Options {
         signing_duration: Duration::from_secs(3),
         ..Default::default()
     })
@@ -191,7 +197,21 @@ async fn an_expired_certificate_is_replaced_through_the_bootstrap_token() {
     let r = node.pass(false).await;
     assert_eq!(step(&r, "kubelet-running").name(), "applied", "{r:?}");
     let first = node.held();
+    let api_mode = "KUBELET_KUBECONFIG=--kubeconfig=/var/lib/kubelet/kubeconfig\n";
+    assert!(node.env().ends_with(api_mode));
     sleep_until(first.validity.not_after).await;
+
+    // Expired while the API server is unreachable: kubelet keeps its kubeconfig (standalone it
+    // would stop every pod the API server gave it) and is not restarted until the new one.
+    api.down();
+    let restarts = node.calls()["restart"].clone();
+    let r = node.pass(false).await;
+    let s = text(step(&r, "kubelet-credentials"));
+    assert!(s.contains("attempt 2 in"), "{s}");
+    assert!(node.env().ends_with(api_mode), "{}", node.env());
+    assert_eq!(node.calls()["restart"], restarts);
+    api.up().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(2600)).await;
 
     let r = node.pass(false).await;
     assert_eq!(
@@ -206,6 +226,77 @@ async fn an_expired_certificate_is_replaced_through_the_bootstrap_token() {
         requesters(&api),
         ["system:bootstrap:abcdef", "system:bootstrap:abcdef"],
         "an expired certificate cannot authenticate: the bootstrap token asks again"
+    );
+    assert_eq!(
+        node.calls()["restart"].as_u64(),
+        restarts.as_u64().map(|n| n + 1),
+        "kubelet restarted once, on the new certificate"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_certificate_the_server_stops_accepting_is_replaced_at_the_next_check() {
+    // Typhoon's 72 h: no renewal for days; the server's refusal is found by the check (every
+    // second here) and the node asks again with the bootstrap token.
+    let api = Double::start(Options::default()).await.unwrap();
+    let node = Node::new(
+        "[node]\nrole = \"worker\"\nname = \"worker-1\"\n[kubelet]\ncredentials_check_secs = 1\n",
+        &api.bootstrap_kubeconfig(TOKEN),
+    );
+    let woken = std::sync::Arc::new(tokio::sync::Notify::new());
+    let waker: nodectl::context::Waker = {
+        let w = woken.clone();
+        std::sync::Arc::new(move || w.notify_one())
+    };
+    let r = node.pass_waking(false, Some(waker.clone())).await;
+    assert_eq!(step(&r, "kubelet-running").name(), "applied", "{r:?}");
+    let first = node.held();
+    let restarts = node.calls()["restart"].as_u64().unwrap();
+    // (the request's own wake-up when it ended)
+    let _ = tokio::time::timeout(Duration::from_millis(100), woken.notified()).await;
+
+    // Accepted: the checks (one now, one a second later) wake nobody and change nothing.
+    for _ in 0..2 {
+        let r = node.pass_waking(false, Some(waker.clone())).await;
+        assert!(
+            matches!(step(&r, "kubelet-credentials"), StepState::Converged { .. }),
+            "{r:?}"
+        );
+        assert!(
+            tokio::time::timeout(Duration::from_millis(1500), woken.notified())
+                .await
+                .is_err(),
+            "an accepted certificate woke the daemon"
+        );
+    }
+
+    // The server stops accepting it (401): the next check wakes the daemon, whose pass asks
+    // with the bootstrap token; kubelet keeps its kubeconfig and restarts once, on the new one.
+    api.revoke("system:node:worker-1");
+    node.pass_waking(false, Some(waker.clone())).await;
+    tokio::time::timeout(Duration::from_secs(10), woken.notified())
+        .await
+        .expect("the check found the refusal and woke the daemon");
+    let r = node.pass_waking(false, Some(waker.clone())).await;
+    let s = text(step(&r, "kubelet-credentials"));
+    assert_eq!(step(&r, "kubelet-credentials").name(), "applied", "{s}");
+    assert_eq!(
+        requesters(&api),
+        ["system:bootstrap:abcdef", "system:bootstrap:abcdef"]
+    );
+    assert_ne!(node.held(), first);
+    assert!(node
+        .env()
+        .ends_with("KUBELET_KUBECONFIG=--kubeconfig=/var/lib/kubelet/kubeconfig\n"));
+    assert_eq!(node.calls()["restart"].as_u64(), Some(restarts + 1));
+
+    // Without a daemon (a CLI pass) nothing is checked in the background.
+    api.revoke("system:node:worker-1");
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let r = node.pass(false).await;
+    assert!(
+        matches!(step(&r, "kubelet-credentials"), StepState::Converged { .. }),
+        "{r:?}"
     );
 }
 
