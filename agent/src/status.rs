@@ -99,14 +99,40 @@ pub fn metrics(st: &Status) -> String {
             ],
         );
     }
+    // Instants, not durations: the file is rewritten after a pass, and an alert computes
+    // `... - time()` itself (a countdown would be as old as the last pass).
+    let unix = |t: &str| {
+        t.parse::<jiff::Timestamp>()
+            .ok()
+            .map(|t| t.as_second() as f64)
+    };
     if let Some(c) = &st.credentials {
+        if let (Some(not_after), Some(rotate_at)) = (unix(&c.not_after), unix(&c.rotate_at)) {
+            gauge(
+                "nodectl_credentials_expiry_timestamp_seconds",
+                "When the node's client certificate expires (Unix time).",
+                &[(String::new(), not_after)],
+            );
+            gauge(
+                "nodectl_credentials_rotation_timestamp_seconds",
+                "When nodectld renews the node's client certificate (Unix time).",
+                &[(String::new(), rotate_at)],
+            );
+        }
+    }
+    if let Some(k) = &st.kubelet {
         gauge(
-            "nodectl_credentials_expiry_seconds",
-            "Seconds until the node's client certificate expires (negative: expired).",
-            &[(String::new(), c.expires_in_s as f64)],
+            "nodectl_kubelet_active",
+            "Whether kubelet.service is active (1) or not (0), as systemd reports it.",
+            &[(String::new(), f64::from(u8::from(k.active == "active")))],
         );
     }
     if let Some(p) = &st.daemon.last_pass {
+        gauge(
+            "nodectl_last_pass_timestamp_seconds",
+            "When nodectld's last convergence pass finished (Unix time).",
+            &[(String::new(), p.finished_at as f64)],
+        );
         gauge(
             "nodectl_last_pass_duration_seconds",
             "Duration of nodectld's last convergence pass.",
@@ -124,6 +150,20 @@ pub fn metrics(st: &Status) -> String {
         &[(String::new(), st.daemon.passes as f64)],
     );
     if let Some(r) = &st.reboot {
+        let states: Vec<(String, f64)> = crate::reboot::coordinator::STATES
+            .iter()
+            .map(|s| {
+                (
+                    format!("{{state=\"{s}\"}}"),
+                    f64::from(u8::from(r.state == *s)),
+                )
+            })
+            .collect();
+        gauge(
+            "nodectl_reboot_state",
+            "This node's reboot state (1 for the current one; nodectl status shows the detail).",
+            &states,
+        );
         gauge(
             "nodectl_reboot_slots_held",
             "Holders of this node's reboot group, as last seen.",
@@ -549,5 +589,53 @@ mod tests {
         assert!(st
             .render()
             .contains("Credentials: system:node:w1 EXPIRED at 2026-12-03T00:00:00Z (1m 30s ago)"));
+    }
+
+    #[test]
+    fn metrics_carry_instants_and_one_reboot_state() {
+        let st = Status {
+            credentials: Some(Credentials {
+                subject: "system:node:w1".into(),
+                not_before: "2026-11-30T00:00:00Z".into(),
+                not_after: "2026-12-03T00:00:00Z".into(),
+                rotate_at: "2026-12-02T09:00:00Z".into(),
+                expires_in_s: 3600 * 50,
+            }),
+            reboot: Some(crate::reboot::coordinator::RebootStatus {
+                state: "draining".into(),
+                ..Default::default()
+            }),
+            ..Status::default()
+        };
+        let m = metrics(&st);
+        assert!(
+            m.contains("\nnodectl_credentials_expiry_timestamp_seconds 1796256000\n"),
+            "{m}"
+        );
+        assert!(
+            m.contains("\nnodectl_credentials_rotation_timestamp_seconds 1796202000\n"),
+            "{m}"
+        );
+        let states: Vec<&str> = m
+            .lines()
+            .filter(|l| l.starts_with("nodectl_reboot_state{"))
+            .collect();
+        assert_eq!(
+            states.len(),
+            crate::reboot::coordinator::STATES.len(),
+            "{m}"
+        );
+        assert_eq!(
+            states
+                .iter()
+                .filter(|l| l.ends_with(" 1"))
+                .collect::<Vec<_>>(),
+            [&"nodectl_reboot_state{state=\"draining\"} 1"]
+        );
+        // Every sample line belongs to a declared gauge.
+        for l in m.lines().filter(|l| !l.starts_with('#')) {
+            let name = l.split(['{', ' ']).next().unwrap();
+            assert!(m.contains(&format!("# TYPE {name} gauge\n")), "{l}");
+        }
     }
 }

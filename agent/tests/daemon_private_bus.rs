@@ -195,13 +195,26 @@ async fn daemon_serves_status_and_wakes_on_events() {
     // Metrics for node_exporter's textfile collector, rewritten after each pass.
     let m = std::fs::read_to_string(root.join("run/nodectl/metrics/nodectl.prom")).unwrap();
     for want in [
-        "# TYPE nodectl_credentials_expiry_seconds gauge\nnodectl_credentials_expiry_seconds 2591",
+        "# TYPE nodectl_credentials_expiry_timestamp_seconds gauge\n",
+        "nodectl_kubelet_active 1\n",
         "nodectl_audit_findings{severity=\"high\"} 1\n",
         "nodectl_audit_findings{severity=\"medium\"} 1\n",
         "nodectl_failed_steps 0\n",
     ] {
         assert!(m.contains(want), "{want:?} not in:\n{m}");
     }
+    let expiry: i64 = v["credentials"]["not_after"]
+        .as_str()
+        .unwrap()
+        .parse::<jiff::Timestamp>()
+        .unwrap()
+        .as_second();
+    assert!(
+        m.contains(&format!(
+            "\nnodectl_credentials_expiry_timestamp_seconds {expiry}\n"
+        )),
+        "{expiry} not in:\n{m}"
+    );
 
     // A broken config fragment: the daemon reports it (file and key) and keeps running.
     std::fs::write(

@@ -57,14 +57,23 @@ pub struct RebootStatus {
     /// Where the FleetLock endpoint listens, and the client id it answers to.
     pub endpoint: String,
     pub id: String,
-    /// `idle`, `waiting-for-window`, `waiting-for-slot`, `draining`, `rebooting`,
-    /// `waiting-for-ready`.
+    /// One of [`STATES`].
     pub state: String,
     pub detail: String,
     pub group: Option<String>,
     /// The group's holders as last seen.
     pub holders: Vec<Holder>,
 }
+
+/// Every reboot state, in the order a reboot goes through them.
+pub const STATES: &[&str] = &[
+    "idle",
+    "waiting-for-window",
+    "waiting-for-slot",
+    "draining",
+    "rebooting",
+    "waiting-for-ready",
+];
 
 /// Is kubelet.service active (asked of systemd).
 pub type KubeletActive = Arc<dyn Fn() -> BoxFuture<'static, bool> + Send + Sync>;
@@ -134,6 +143,7 @@ impl LeaseCoordinator {
     }
 
     fn set(&self, state: &str, detail: String, group: &str, holders: Vec<Holder>) {
+        debug_assert!(STATES.contains(&state), "{state}");
         let mut st = self.status.lock().expect("status");
         st.state = state.into();
         st.detail = detail;
