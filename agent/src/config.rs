@@ -103,6 +103,12 @@ pub const SCHEMA: &[(&str, &str, Kind, &str)] = &[
     ),
     (
         "reboot",
+        "group",
+        Kind::Str,
+        "a group name matching ^[a-zA-Z0-9.-]+$",
+    ),
+    (
+        "reboot",
         "group_slots",
         Kind::Int,
         "a number of concurrent reboots >= 1",
@@ -214,6 +220,7 @@ pub struct SecretsFragment {
 pub struct RebootFragment {
     pub strategy: Option<String>,
     pub listen: Option<String>,
+    pub group: Option<String>,
     pub group_slots: Option<i64>,
     pub namespace: Option<String>,
     pub drain_timeout_secs: Option<i64>,
@@ -360,7 +367,7 @@ impl Merged {
         merge_fields!(self, frag, file, secrets: inbox);
         merge_fields!(
             self, frag, file,
-            reboot: strategy, listen, group_slots, namespace, drain_timeout_secs, stale_after_secs, windows, time_zone
+            reboot: strategy, listen, group, group_slots, namespace, drain_timeout_secs, stale_after_secs, windows, time_zone
         );
         merge_fields!(self, frag, file, selinux: relabel);
         self.files.push(file.to_path_buf());
@@ -446,6 +453,8 @@ pub enum RebootStrategy {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RebootPolicy {
     pub listen: std::net::SocketAddr,
+    /// The group update_engine's reboots take a slot of (Zincati names its own in requests).
+    pub group: String,
     pub group_slots: u32,
     pub namespace: String,
     pub drain_timeout_secs: u64,
@@ -685,6 +694,11 @@ impl Settings {
             listen: listen_text
                 .parse()
                 .map_err(|_| bad("reboot.listen", listen_text))?,
+            group: match f.reboot.group.as_deref() {
+                None => "default".into(),
+                Some(g) if crate::reboot::slots::valid_group(g) => g.into(),
+                Some(g) => return Err(bad("reboot.group", g)),
+            },
             group_slots: int("reboot.group_slots", f.reboot.group_slots, 1, 1)? as u32,
             namespace: match f.reboot.namespace.as_deref() {
                 None => "nodectl-reboot".into(),
@@ -915,6 +929,35 @@ mod tests {
                 .contains("expected true or false, found string"),
             "{e}"
         );
+
+        let e = settings(
+            &[(
+                "30.toml",
+                "[node]\nrole = \"worker\"\n[reboot]\ngroup = \"workers/1\"\n",
+            )],
+            &Host::generic(),
+        )
+        .unwrap_err();
+        assert_eq!(e.key, "reboot.group");
+        let ok = settings(
+            &[(
+                "30.toml",
+                "[node]\nrole = \"worker\"\n[reboot]\ngroup = \"Workers.eu-1\"\n[kubelet]\ncredentials_check_secs = 0\n",
+            )],
+            &Host::generic(),
+        )
+        .unwrap();
+        assert_eq!(ok.reboot_policy.group, "Workers.eu-1");
+        assert_eq!(ok.credentials_check_secs, 0);
+        let e = settings(
+            &[(
+                "30.toml",
+                "[node]\nrole = \"worker\"\n[kubelet]\ncredentials_check_secs = -1\n",
+            )],
+            &Host::generic(),
+        )
+        .unwrap_err();
+        assert_eq!(e.key, "kubelet.credentials_check_secs");
 
         let e = settings(
             &[(

@@ -235,14 +235,18 @@ async fn start_reboots(
             coordinator: c.clone(),
             params: crate::reboot::fleetlock::ClientParams {
                 id: id.clone(),
-                group: "default".into(),
+                group: p.group.clone(),
             },
             retry: Duration::from_secs(60),
             reboot: crate::reboot::update_engine::logind_reboot(conn.clone()),
         };
         c.set_endpoint("update_engine (D-Bus)");
         *shared.reboot.lock().expect("reboot") = Some(c.clone());
-        tracing::info!("following update_engine: reboots take a slot of group default first");
+        tracing::info!(
+            group = %p.group,
+            "following update_engine: reboots take a slot of group {} first",
+            p.group
+        );
         return Ok(Some(tokio::spawn(async move {
             if let Err(e) = follower.run(&conn).await {
                 tracing::error!("following update_engine stopped: {e:#}");

@@ -38,8 +38,39 @@ pub struct LeaseLock {
     name: String,
 }
 
+/// The group's Lease: `reboot-<group>` when that is a valid object name (a lowercase DNS-1123
+/// subdomain, as `default` or `workers-1` give). FleetLock groups may hold what names may not
+/// (`Workers`, `a..b`); those map to their lowercase, cleaned form plus a hash of the group, so
+/// two groups never share a Lease and the name is always accepted.
 pub fn lease_name(group: &str) -> String {
-    format!("reboot-{group}")
+    let plain = format!("reboot-{group}");
+    if crate::config::is_dns_subdomain(&plain) && plain.len() <= 253 {
+        return plain;
+    }
+    let digest = ring::digest::digest(&ring::digest::SHA256, group.as_bytes());
+    let hash: String = digest.as_ref()[..4]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let clean: Vec<String> = group
+        .to_ascii_lowercase()
+        .split('.')
+        .map(|l| {
+            l.chars()
+                .filter(|c| c.is_ascii_alphanumeric() || *c == '-')
+                .take(40)
+                .collect::<String>()
+                .trim_matches('-')
+                .to_string()
+        })
+        .filter(|l| !l.is_empty())
+        .take(4)
+        .collect();
+    if clean.is_empty() {
+        format!("reboot-{hash}")
+    } else {
+        format!("reboot-{}-{hash}", clean.join("."))
+    }
 }
 
 fn slots_of(l: &Lease) -> Result<Slots, String> {
@@ -148,5 +179,29 @@ impl LeaseLock {
         Err(self.err(format!(
             "still conflicting after {ATTEMPTS} read-modify-write attempts"
         )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_fleetlock_group_has_a_valid_lease_name_of_its_own() {
+        assert_eq!(lease_name("default"), "reboot-default");
+        assert_eq!(lease_name("workers-1"), "reboot-workers-1");
+        assert_eq!(lease_name("a.b"), "reboot-a.b");
+        let mut seen = std::collections::BTreeSet::new();
+        for g in [
+            "Workers", "workers", "WORKERS", "a..b", "a.-b", "-x-", ".", "...", "A.B.", "0",
+        ] {
+            let n = lease_name(g);
+            assert!(crate::config::is_dns_subdomain(&n), "{g:?} -> {n:?}");
+            assert!(seen.insert(n.clone()), "{g:?} -> {n:?} shared");
+            assert!(crate::reboot::slots::valid_group(g), "{g}");
+        }
+        assert_eq!(lease_name("Workers"), lease_name("Workers"), "stable");
+        let long = "x".repeat(300);
+        assert!(crate::config::is_dns_subdomain(&lease_name(&long)));
     }
 }

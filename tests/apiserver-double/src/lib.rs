@@ -797,7 +797,20 @@ pub enum PodKind {
     Mirror,
 }
 
-/// Leases: get, create (409 AlreadyExists), update with optimistic concurrency (409 Conflict on a
+/// An object name as the API server validates it (lowercase RFC 1123 subdomain).
+fn is_dns_subdomain(s: &str) -> bool {
+    s.len() <= 253
+        && s.split('.').all(|l| {
+            !l.is_empty()
+                && l.len() <= 63
+                && l.chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+        })
+}
+
+/// Leases: get, create (409 AlreadyExists, 422 for a name the API server would not accept), update with optimistic concurrency (409 Conflict on a
 /// stale `metadata.resourceVersion`), as the API server does. Nodes and admins only.
 async fn leases(
     inner: &Arc<Inner>,
@@ -856,6 +869,13 @@ async fn leases(
                     "metadata.name is required",
                 );
             };
+            if creating && !is_dns_subdomain(&n) {
+                return fail(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "Invalid",
+                    &format!("Lease.coordination.k8s.io \"{n}\" is invalid: metadata.name: Invalid value: \"{n}\": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"),
+                );
+            }
             let key = (ns.clone(), n.clone());
             match (st.leases.get(&key), creating) {
                 (Some(_), true) => {

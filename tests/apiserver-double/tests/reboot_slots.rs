@@ -82,6 +82,44 @@ async fn two_nodes_contend_for_one_slot_and_n_2_lets_both_go() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleetlock_group_that_is_no_object_name_still_gets_a_lease_of_its_own() {
+    let api = Double::start(Options::default()).await.unwrap();
+    // The protocol allows `Workers`; the API server refuses it in a name (422, as upstream).
+    let kc = api
+        .client_kubeconfig("system:node:sim", &["system:nodes"])
+        .unwrap();
+    let raw: kube::Api<k8s_openapi::api::coordination::v1::Lease> =
+        kube::Api::namespaced(common::client_for(&kc).await, "nodectl-reboot");
+    let mut bad = k8s_openapi::api::coordination::v1::Lease::default();
+    bad.metadata.name = Some("reboot-Workers".into());
+    match raw.create(&Default::default(), &bad).await {
+        Err(kube::Error::Api(s)) => assert_eq!((s.code, s.reason.as_str()), (422, "Invalid")),
+        other => panic!("{other:?}"),
+    }
+    let upper = lock(&api, "Workers").await;
+    let lower = lock(&api, "workers").await;
+    let (a, _) = upper
+        .modify(|s| s.acquire("a", "n1", now(), 1))
+        .await
+        .unwrap();
+    assert_eq!(a, Acquire::Obtained);
+    // A different group: its own slot.
+    let (b, _) = lower
+        .modify(|s| s.acquire("b", "n2", now(), 1))
+        .await
+        .unwrap();
+    assert_eq!(b, Acquire::Obtained);
+    assert!(upper.read().await.unwrap().holds("a"));
+    let names: std::collections::BTreeSet<String> = api
+        .lease_history()
+        .iter()
+        .map(|l| l["metadata"]["name"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(names.len(), 2, "{names:?}");
+    assert!(names.contains("reboot-workers"), "{names:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_holder_whose_node_vanished_is_reclaimed() {
     let api = Double::start(Options::default()).await.unwrap();
     let l = lock(&api, "default").await;
