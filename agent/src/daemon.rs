@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use std::ffi::OsString;
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -59,6 +60,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         }),
         wake: tx.clone(),
         reboot: std::sync::Mutex::new(None),
+        reboot_deferred: Default::default(),
     });
 
     let conn = if opts.serve_bus {
@@ -107,7 +109,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
     let engine = steps::engine();
 
     let mut trigger = Trigger::Startup;
-    let mut fleetlock: Option<tokio::task::JoinHandle<()>> = None;
+    let mut reboots: Option<Reboots> = None;
     let mut passes = 0u64;
     loop {
         passes += 1;
@@ -120,11 +122,8 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
             &opts.root, loaded, &engine, &systemd, &shared, trigger, passes,
         )
         .await;
-        if let (None, Some(s)) = (&fleetlock, &settings) {
-            match start_reboots(&opts.root, s, &systemd, &shared).await {
-                Ok(t) => fleetlock = t,
-                Err(e) => tracing::error!("FleetLock endpoint not started: {e:#}"),
-            }
+        if let Some(s) = &settings {
+            reboots = follow_reboot_settings(reboots, &opts.root, s, &systemd, &shared).await;
         }
         // Wait for the next reason to run, without polling.
         let next = tokio::select! {
@@ -154,11 +153,83 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
     if let Some(f) = follower {
         f.abort();
     }
-    if let Some(f) = fleetlock {
-        f.abort();
+    if let Some(r) = reboots {
+        r.task.abort();
     }
     drop(conn);
     Ok(())
+}
+
+/// The running reboot coordination (FleetLock server or update_engine follower) and the
+/// settings it started with.
+struct Reboots {
+    task: tokio::task::JoinHandle<()>,
+    strategy: config::RebootStrategy,
+    policy: config::RebootPolicy,
+    /// A change of settings was seen while a reboot was under way (logged once).
+    deferred: bool,
+}
+
+/// Reboot states in which nothing is held: the coordination may restart on new settings.
+const RESTARTABLE: &[&str] = &["idle", "waiting-for-window", "waiting-for-slot"];
+
+/// After a pass: starts reboot coordination when wanted (and possible), and restarts it when
+/// `reboot.*` changed, but never in the middle of a reboot: a slot held in one namespace's Lease
+/// would be left behind by a coordinator started on another. Stops it when `reboot.strategy`
+/// became `off`.
+async fn follow_reboot_settings(
+    current: Option<Reboots>,
+    root: &Root,
+    s: &Settings,
+    systemd: &Systemd,
+    shared: &Arc<Shared>,
+) -> Option<Reboots> {
+    if let Some(mut r) = current {
+        if r.strategy == s.reboot && r.policy == s.reboot_policy {
+            return Some(r);
+        }
+        let state = shared
+            .reboot
+            .lock()
+            .expect("reboot")
+            .as_ref()
+            .map(|c| c.status().state);
+        if let Some(st) = state.filter(|st| !RESTARTABLE.contains(&st.as_str())) {
+            if !r.deferred {
+                tracing::warn!(
+                    state = %st,
+                    "reboot settings changed; they apply once the reboot under way is over"
+                );
+                r.deferred = true;
+                shared.reboot_deferred.store(true, Ordering::SeqCst);
+            }
+            return Some(r);
+        }
+        tracing::info!("reboot settings changed: restarting reboot coordination");
+        shared.reboot_deferred.store(false, Ordering::SeqCst);
+        r.task.abort();
+        let _ = r.task.await;
+        *shared.reboot.lock().expect("reboot") = None;
+        write_metrics(root, shared).await;
+    }
+    match start_reboots(root, s, systemd, shared).await {
+        Ok(task) => {
+            let started = task.map(|task| Reboots {
+                task,
+                strategy: s.reboot,
+                policy: s.reboot_policy.clone(),
+                deferred: false,
+            });
+            if started.is_some() {
+                write_metrics(root, shared).await;
+            }
+            started
+        }
+        Err(e) => {
+            tracing::error!("reboot coordination not started: {e:#}");
+            None
+        }
+    }
 }
 
 /// With a reboot strategy and the node's own credentials in place: serves FleetLock on
@@ -227,6 +298,16 @@ async fn start_reboots(
         policy,
         kubelet_active,
     ));
+    {
+        let (root, shared) = (root.clone(), shared.clone());
+        c.set_on_change(Arc::new(move |state: &str| {
+            if RESTARTABLE.contains(&state) && shared.reboot_deferred.load(Ordering::SeqCst) {
+                let _ = shared.wake.send(Trigger::Reboot);
+            }
+            let (root, shared) = (root.clone(), shared.clone());
+            tokio::spawn(async move { write_metrics(&root, &shared).await });
+        }));
+    }
     if strategy == config::RebootStrategy::UpdateEngine {
         let conn = zbus::Connection::system()
             .await
@@ -267,6 +348,20 @@ async fn start_reboots(
 /// Prometheus text metrics, rewritten after every pass (node_exporter:
 /// `--collector.textfile.directory=/run/nodectl/metrics`).
 pub const METRICS: &str = "/run/nodectl/metrics/nodectl.prom";
+
+/// Metrics for node_exporter's textfile collector, written atomically: after every pass, and
+/// when the reboot state changes.
+async fn write_metrics(root: &Root, shared: &Shared) {
+    let text = status::metrics(&shared.snapshot().await);
+    let path = root.path(METRICS);
+    let tmp = path.with_extension("prom.tmp");
+    if let Err(e) = std::fs::create_dir_all(path.parent().expect("a parent"))
+        .and_then(|_| std::fs::write(&tmp, text))
+        .and_then(|_| std::fs::rename(&tmp, &path))
+    {
+        tracing::warn!("writing {}: {e}", path.display());
+    }
+}
 
 /// One pass: apply what was loaded, publish the status.
 async fn pass(
@@ -361,16 +456,7 @@ async fn pass(
         st.daemon.passes = passes;
         st.daemon.status_line = line.clone();
     }
-    // Metrics for node_exporter's textfile collector (written atomically).
-    let text = status::metrics(&*shared.status.lock().await);
-    let path = root.path(METRICS);
-    let tmp = path.with_extension("prom.tmp");
-    if let Err(e) = std::fs::create_dir_all(path.parent().expect("a parent"))
-        .and_then(|_| std::fs::write(&tmp, text))
-        .and_then(|_| std::fs::rename(&tmp, &path))
-    {
-        tracing::warn!("writing {}: {e}", path.display());
-    }
+    write_metrics(root, shared).await;
     notify(&[NotifyState::Ready, NotifyState::Status(&line)]);
     recheck
 }

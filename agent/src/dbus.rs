@@ -24,6 +24,8 @@ pub enum Trigger {
     Resync,
     /// A certificate request running in the background ended.
     Credentials,
+    /// A reboot ended while changed `reboot.*` settings waited for it.
+    Reboot,
 }
 
 impl Trigger {
@@ -36,6 +38,7 @@ impl Trigger {
             Trigger::Dbus => "dbus",
             Trigger::Resync => "resync",
             Trigger::Credentials => "credentials",
+            Trigger::Reboot => "reboot",
         }
     }
 }
@@ -46,6 +49,19 @@ pub struct Shared {
     pub wake: mpsc::UnboundedSender<Trigger>,
     /// The FleetLock coordinator, once serving (its state is read at each GetStatus).
     pub reboot: std::sync::Mutex<Option<Arc<crate::reboot::coordinator::LeaseCoordinator>>>,
+    /// Changed `reboot.*` settings wait for the reboot under way to end.
+    pub reboot_deferred: std::sync::atomic::AtomicBool,
+}
+
+impl Shared {
+    /// The status as of now: the last pass's, with the reboot coordination's current state.
+    pub async fn snapshot(&self) -> Status {
+        let mut st = self.status.lock().await.clone();
+        if let Some(c) = self.reboot.lock().expect("reboot").as_ref() {
+            st.reboot = Some(c.status());
+        }
+        st
+    }
 }
 
 pub struct Agent {
@@ -56,10 +72,7 @@ pub struct Agent {
 impl Agent {
     /// The whole status as JSON (schema in docs/status.md).
     async fn get_status(&self) -> String {
-        let mut st = self.shared.status.lock().await.clone();
-        if let Some(c) = self.shared.reboot.lock().expect("reboot").as_ref() {
-            st.reboot = Some(c.status());
-        }
+        let st = self.shared.snapshot().await;
         serde_json::to_string(&st).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
     }
 

@@ -116,9 +116,9 @@ check "nodectld serves FleetLock on 127.0.0.1:9455" wait_until 10 sh -c \
   'nodectl status --json | jq -e ".reboot.endpoint == \"http://127.0.0.1:9455/\""'
 id=$(nodectl status --json | jq -r .reboot.id)
 # A FleetLock client from the protocol text, in bash: POST, the header, the JSON body.
-fleetlock() { # PATH ID -> the HTTP response
+fleetlock() { # PATH ID [PORT] -> the HTTP response
   local body="{\"client_params\":{\"id\":\"$2\",\"group\":\"default\"}}"
-  exec 3<>/dev/tcp/127.0.0.1/9455
+  exec 3<>/dev/tcp/127.0.0.1/"${3:-9455}" || return 1
   printf 'POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nfleet-lock-protocol: true\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s' "$1" "${#body}" "$body" >&3
   cat <&3
   exec 3<&-
@@ -127,6 +127,8 @@ out=$(fleetlock /v1/pre-reboot "$id")
 printf '%s\n' "$out" | tail -1 | sed 's/^/  | /'
 check "pre-reboot with this node's id is granted (nothing to drain)" grep -q '^HTTP/1.1 200' <<<"$out"
 expect "status: rebooting" "$(nodectl status --json | jq -r .reboot.state)" rebooting
+check "metrics: reboot state rebooting, written at the change" wait_until 5 \
+  grep -qx 'nodectl_reboot_state{state="rebooting"} 1' /run/nodectl/metrics/nodectl.prom
 expect "the group's Lease holds this node" "$(nodectl status --json | jq -r '.reboot.holders[0].node')" worker-1
 out=$(fleetlock /v1/pre-reboot 0123456789abcdef0123456789abcdef)
 check "another node's id is refused (wrong_node)" grep -q '"kind":"wrong_node"' <<<"$out"
@@ -136,11 +138,27 @@ check "root frees a stuck slot: nodectl reboot-lock release" nodectl reboot-lock
 expect "the Lease has no holder now" "$(nodectl status --json | jq '.reboot.holders | length')" 0
 out=$(fleetlock /v1/pre-reboot "$id")
 check "pre-reboot again takes the slot again" grep -q '^HTTP/1.1 200' <<<"$out"
+# reboot.* changes apply without restarting nodectld, but not in the middle of a reboot.
+printf '[reboot]\nstrategy = "fleet-lock"\nlisten = "127.0.0.1:9456"\n' >/etc/nodectl/config.d/30-reboot.toml
+check "a reboot.* change during a reboot waits for it (logged)" wait_until 10 sh -c \
+  'journalctl -u nodectld.service --no-pager -o cat | grep -q "reboot settings changed; they apply once the reboot under way is over"'
+expect "the endpoint stays on 127.0.0.1:9455 meanwhile" "$(nodectl status --json | jq -r .reboot.endpoint)" "http://127.0.0.1:9455/"
 out=$(fleetlock /v1/steady-state "$id")
 check "steady-state with kubelet active and the Node Ready releases the slot" grep -q '^HTTP/1.1 200' <<<"$out"
 expect "status: idle, no holders" "$(nodectl status --json | jq -c '[.reboot.state, (.reboot.holders | length)]')" '["idle",0]'
+check "metrics: reboot state idle" wait_until 5 \
+  grep -qx 'nodectl_reboot_state{state="idle"} 1' /run/nodectl/metrics/nodectl.prom
 nodectl status | grep 'Reboots:' | sed 's/^/  | /'
+check "once the reboot is over, the new reboot.listen applies (pass triggered by it)" wait_until 10 sh -c \
+  'nodectl status --json | jq -e ".reboot.endpoint == \"http://127.0.0.1:9456/\""'
+out=$(fleetlock /v1/steady-state "$id" 9456)
+check "the endpoint answers on 127.0.0.1:9456" grep -q '^HTTP/1.1 200' <<<"$out"
+check "and no longer on 127.0.0.1:9455" sh -c '! (exec 3<>/dev/tcp/127.0.0.1/9455) 2>/dev/null'
 rm /etc/nodectl/config.d/30-reboot.toml
+check "strategy off (the drop-in removed): coordination stops" wait_until 10 sh -c \
+  'nodectl status --json | jq -e ".reboot == null"'
+check "and the endpoint is gone" sh -c '! (exec 3<>/dev/tcp/127.0.0.1/9456) 2>/dev/null'
+check "and the metrics have no reboot state" sh -c '! grep -q nodectl_reboot_state /run/nodectl/metrics/nodectl.prom'
 
 echo "## SIGHUP and config changes converge again; SIGTERM stops cleanly"
 passes=$(nodectl status --json | jq .daemon.passes)

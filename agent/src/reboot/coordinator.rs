@@ -75,6 +75,9 @@ pub const STATES: &[&str] = &[
     "waiting-for-ready",
 ];
 
+/// Told the new reboot state after each change.
+pub type OnChange = Arc<dyn Fn(&str) + Send + Sync>;
+
 /// Is kubelet.service active (asked of systemd).
 pub type KubeletActive = Arc<dyn Fn() -> BoxFuture<'static, bool> + Send + Sync>;
 /// A client with the node's current credentials (made per request: they rotate).
@@ -89,6 +92,8 @@ pub struct LeaseCoordinator {
     policy: Policy,
     kubelet_active: KubeletActive,
     status: Mutex<RebootStatus>,
+    /// Called after the state changed (the daemon rewrites its metrics).
+    on_change: Mutex<Option<OnChange>>,
 }
 
 fn now() -> u64 {
@@ -125,7 +130,13 @@ impl LeaseCoordinator {
                 state: "idle".into(),
                 ..Default::default()
             }),
+            on_change: Mutex::new(None),
         }
+    }
+
+    /// Calls `f` with the new state after every change of state.
+    pub fn set_on_change(&self, f: OnChange) {
+        *self.on_change.lock().expect("on_change") = Some(f);
     }
 
     /// Records where the endpoint listens (for status).
@@ -145,10 +156,17 @@ impl LeaseCoordinator {
     fn set(&self, state: &str, detail: String, group: &str, holders: Vec<Holder>) {
         debug_assert!(STATES.contains(&state), "{state}");
         let mut st = self.status.lock().expect("status");
+        let changed = st.state != state;
         st.state = state.into();
         st.detail = detail;
         st.group = Some(group.into());
         st.holders = holders;
+        drop(st);
+        if changed {
+            if let Some(f) = self.on_change.lock().expect("on_change").clone() {
+                f(state);
+            }
+        }
     }
 
     fn ours(&self, p: &ClientParams) -> Result<(), Refusal> {

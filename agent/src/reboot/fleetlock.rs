@@ -244,8 +244,14 @@ pub async fn handle<C: Coordinator>(
 /// Serves the protocol on `listener` until the task is dropped.
 pub async fn serve<C: Coordinator>(listener: tokio::net::TcpListener, c: Arc<C>) {
     loop {
-        let Ok((tcp, _)) = listener.accept().await else {
-            continue;
+        let tcp = match listener.accept().await {
+            Ok((tcp, _)) => tcp,
+            Err(e) => {
+                // Out of file descriptors and the like: do not spin on it.
+                tracing::warn!("FleetLock endpoint: accepting a connection: {e}");
+                tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+                continue;
+            }
         };
         let c = c.clone();
         tokio::spawn(async move {
