@@ -424,6 +424,14 @@ async fn pass(
                 .state(nodectl_units::kubelet::KUBELET_UNIT)
                 .await
                 .ok();
+            let kubelet_image = systemd
+                .environment_var(
+                    nodectl_units::kubelet::KUBELET_UNIT,
+                    nodectl_units::kubelet::IMAGE_VAR,
+                )
+                .await
+                .ok()
+                .flatten();
             // File reads: done before the status is locked (GetStatus waits on that lock).
             let audit = status::AuditSummary::read(root, &cx.settings);
             let credentials = status::Credentials::read(root);
@@ -435,6 +443,7 @@ async fn pass(
             st.set_report(&report);
             st.systemd_calls = calls;
             st.credentials = credentials;
+            st.kubelet_image = kubelet_image;
 
             if let Some(k) = kubelet {
                 st.set_kubelet(k);

@@ -31,6 +31,10 @@ pub struct Status {
     pub kubelet: Option<nodectl_units::systemd::UnitState>,
     /// The last failure seen (kept after kubelet recovered, so a flapping kubelet shows).
     pub kubelet_last_failure: Option<Failure>,
+    /// The image kubelet.service runs: `KUBELET_IMAGE` as systemd has it loaded, so an
+    /// operator's drop-in shows; null when systemd is not asked (scratch root).
+    #[serde(default)]
+    pub kubelet_image: Option<String>,
     /// The node's client certificate (`/var/lib/kubelet/pki/kubelet-client-current.pem`).
     pub credentials: Option<Credentials>,
     /// Reboot coordination (FleetLock), while nodectld serves it.
@@ -367,7 +371,13 @@ impl Status {
                 "       Node: {} {}, kubelet {} via {:?}, network {:?}",
                 format!("{:?}", s.role).to_lowercase(),
                 s.node_name,
-                s.kubelet_image,
+                match self.kubelet_image.as_deref() {
+                    Some(i) if i != s.kubelet_image => format!(
+                        "{i} (a drop-in overrides the configured {})",
+                        s.kubelet_image
+                    ),
+                    _ => s.kubelet_image.clone(),
+                },
                 s.runtime,
                 s.network
             );
@@ -589,6 +599,44 @@ mod tests {
         assert!(st
             .render()
             .contains("Credentials: system:node:w1 EXPIRED at 2026-12-03T00:00:00Z (1m 30s ago)"));
+    }
+
+    #[test]
+    fn the_node_line_shows_an_overriding_image() {
+        use crate::config::{Fragment, Merged, Settings};
+        let f = std::path::Path::new("/etc/nodectl/config.d/10.toml");
+        let mut m = Merged::default();
+        m.add(
+            Fragment::parse("[node]\nrole = \"worker\"\n", f).unwrap(),
+            f,
+        );
+        let settings = Settings::validate(&m, &crate::host::Host::generic(), "w1").unwrap();
+        let configured = settings.kubelet_image.clone();
+        let mut st = Status {
+            settings: Some(settings),
+            kubelet_image: Some(configured.clone()),
+            ..Status::default()
+        };
+        let line = |st: &Status| {
+            st.render()
+                .lines()
+                .find(|l| l.trim_start().starts_with("Node:"))
+                .unwrap()
+                .to_string()
+        };
+        assert!(
+            line(&st).contains(&format!("kubelet {configured} via")),
+            "{}",
+            line(&st)
+        );
+        st.kubelet_image = Some("registry.example/kubelet:fix".into());
+        assert!(
+            line(&st).contains(&format!(
+                "kubelet registry.example/kubelet:fix (a drop-in overrides the configured {configured}) via"
+            )),
+            "{}",
+            line(&st)
+        );
     }
 
     #[test]

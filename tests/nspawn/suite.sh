@@ -172,6 +172,7 @@ printf '[kubelet]\nimage = "quay.io/poseidon/kubelet:v1.36.2"\n' >/etc/nodectl/c
 check "config change rewrites the image drop-in" wait_until 10 grep -q v1.36.2 /etc/systemd/system/kubelet.service.d/00-nodectl-image.conf
 check "kubelet runs the new definition" wait_until 10 sh -c '[ "$(systemctl show -p ActiveState --value kubelet.service)" = active ] && systemctl show -p Environment --value kubelet.service | grep -q v1.36.2'
 expect "kubelet restarted exactly once" "$(nodectl status --json | jq .systemd_calls.restart)" "$((restarts + 1))"
+expect "status shows the image systemd has loaded" "$(nodectl status --json | jq -r .kubelet_image)" quay.io/poseidon/kubelet:v1.36.2
 check "stop is clean" systemctl stop nodectld.service
 expect "nodectld result after stop" "$(systemctl show -p Result --value nodectld.service)" success
 st=$(nodectl status --json)

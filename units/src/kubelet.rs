@@ -7,6 +7,8 @@ use crate::render::{exec_quote, IniFile, Section};
 /// operator's `kubelet.service.d/10-image-override.conf` always wins.
 pub const AGENT_DROPIN_PREFIX: &str = "00-nodectl-";
 pub const KUBELET_UNIT: &str = "kubelet.service";
+/// The variable kubelet.service takes its image from (nodectld's drop-in, or an operator's).
+pub const IMAGE_VAR: &str = "KUBELET_IMAGE";
 pub const IMAGE_DROPIN: &str = "00-nodectl-image.conf";
 pub const FLANNEL_LINK: &str = "50-flannel.link";
 
@@ -190,7 +192,7 @@ impl KubeletSpec {
             .comment(
                 "write your own drop-in, e.g. 10-image-override.conf: it sorts later and wins.",
             )
-            .section(Section::new("Service").set("Environment", format!("KUBELET_IMAGE={image}")))
+            .section(Section::new("Service").set("Environment", format!("{IMAGE_VAR}={image}")))
             .render()
     }
 }

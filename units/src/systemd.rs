@@ -46,6 +46,14 @@ fn bus(context: impl Into<String>) -> impl FnOnce(zbus::Error) -> SystemdError {
     move |source| SystemdError::Bus { context, source }
 }
 
+/// The value of `name` in systemd's `Environment` list (`NAME=value` entries; the last wins).
+pub fn env_lookup(env: &[String], name: &str) -> Option<String> {
+    env.iter()
+        .rev()
+        .find_map(|e| e.strip_prefix(name)?.strip_prefix('='))
+        .map(String::from)
+}
+
 /// What systemd says about a unit.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UnitState {
@@ -305,6 +313,23 @@ impl Client {
         Ok(st)
     }
 
+    /// One variable of a service's `Environment=` as systemd has loaded it (drop-ins applied,
+    /// the last assignment wins); `None` when unset.
+    pub async fn environment_var(&self, unit: &str, name: &str) -> Result<Option<String>> {
+        let (_, path) = self.unit_proxy(unit).await?;
+        let s = ServiceProxy::builder(&self.conn)
+            .path(path)
+            .cache_properties(zbus::proxy::CacheProperties::No)
+            .build()
+            .await
+            .map_err(bus(format!("{unit}.Service")))?;
+        let env = s
+            .environment()
+            .await
+            .map_err(bus(format!("{unit}.Environment")))?;
+        Ok(env_lookup(&env, name))
+    }
+
     /// Waits, by PropertiesChanged signals (no polling), until `pred` holds for the unit's state.
     pub async fn wait_for<F>(&self, unit: &str, timeout: Duration, pred: F) -> Result<UnitState>
     where
@@ -525,6 +550,14 @@ impl Systemd {
         }
     }
 
+    /// See [`Client::environment_var`]; offline, systemd's merged view is not known: `None`.
+    pub async fn environment_var(&self, unit: &str, name: &str) -> Result<Option<String>> {
+        match self {
+            Systemd::Bus(c) => c.environment_var(unit, name).await,
+            Systemd::Offline(_) => Ok(None),
+        }
+    }
+
     pub fn calls(&self) -> Result<CallCounts> {
         match self {
             Systemd::Bus(c) => Ok(c.calls()),
@@ -536,6 +569,23 @@ impl Systemd {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_last_assignment_of_a_variable_wins() {
+        let env: Vec<String> = [
+            "KUBELET_IMAGE=quay.io/poseidon/kubelet:v1.36.1",
+            "KUBELET_IMAGE_X=no",
+            "KUBELET_IMAGE=registry.example/kubelet:v1.36.1-fix",
+        ]
+        .map(String::from)
+        .to_vec();
+        assert_eq!(
+            env_lookup(&env, "KUBELET_IMAGE").as_deref(),
+            Some("registry.example/kubelet:v1.36.1-fix")
+        );
+        assert_eq!(env_lookup(&env, "KUBELET").as_deref(), None);
+        assert_eq!(env_lookup(&[], "KUBELET_IMAGE"), None);
+    }
 
     #[tokio::test]
     async fn offline_records_states_and_calls() {

@@ -80,7 +80,10 @@ check "the command line is the rendered one (worker label, config)" sh -c \
   "podman inspect kubelet --format '{{.Args}}' | grep -q -- '--node-labels=node.kubernetes.io/node' && podman inspect kubelet --format '{{.Args}}' | grep -q -- '--config=/etc/kubernetes/kubelet.yaml'"
 expect "SELinux enforcing throughout" "$(getenforce)" Enforcing
 check "nodectl status shows kubelet active" wait_until 15 sh -c 'nodectl status --json | jq -e ".kubelet.active == \"active\""'
-nodectl status | grep -E 'Kubelet:|SELinux:' | sed 's/^/  | /'
+expect "status shows the image systemd runs (the operator's drop-in)" "$(nodectl status --json | jq -r .kubelet_image)" "$STANDIN"
+check "and says a drop-in overrides the configured image" sh -c \
+  "nodectl status | grep -qF 'kubelet $STANDIN (a drop-in overrides the configured quay.io/poseidon/kubelet:'"
+nodectl status | grep -E 'Node:|Kubelet:|SELinux:' | sed 's/^/  | /'
 start=$SECONDS
 check "kubelet stops on SIGTERM (podman stop)" systemctl stop kubelet.service
 expect "it stopped within 10 s, not after podman's timeout" "$([ $((SECONDS - start)) -lt 10 ] && echo yes || echo "no ($((SECONDS - start)) s)")" yes
