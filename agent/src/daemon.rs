@@ -508,6 +508,10 @@ enum Interest {
     Entry(OsString, Trigger),
     /// An input directory (the secrets inbox): any non-hidden entry.
     AnyEntry(Trigger),
+    /// Credentials: a label or mode changed (IN_ATTRIB) or an entry removed, on this entry or
+    /// (`None`) any non-hidden one. nodectld's own writes (a hidden temp file renamed into
+    /// place, its label and mode set before) raise neither on the final name.
+    Altered(Option<OsString>, Trigger),
 }
 
 /// The inotify instance, owning its descriptor for its whole life (what AsyncFd requires).
@@ -556,6 +560,20 @@ impl Watcher {
             ));
             let inbox = Interest::AnyEntry(Trigger::InputChange);
             want.push(nearest(root, &s.secrets_inbox, inbox, Trigger::InputChange));
+            // The node kubeconfig and the key directory (the bootstrap kubeconfig is watched
+            // above): a label made container-readable is put back by the next pass, now.
+            let cred = Trigger::CredentialChange;
+            let kc = &s.kubeconfig;
+            if let (Some(dir), Some(name)) = (kc.parent(), kc.file_name()) {
+                if root.path(dir).is_dir() {
+                    let i = Interest::Altered(Some(name.to_os_string()), cred);
+                    want.push((root.path(dir), i));
+                }
+            }
+            let pki = Path::new(crate::credentials::CERT_DIR);
+            if root.path(pki).is_dir() {
+                want.push((root.path(pki), Interest::Altered(None, cred)));
+            }
         }
         let flags = AddWatchFlags::IN_CREATE
             | AddWatchFlags::IN_MOVED_TO
@@ -611,6 +629,9 @@ impl Watcher {
                 };
                 let name = ev.name.unwrap_or_default();
                 let hidden = name.to_string_lossy().starts_with('.');
+                let altered = ev
+                    .mask
+                    .intersects(AddWatchFlags::IN_ATTRIB | AddWatchFlags::IN_DELETE);
                 for i in interests {
                     match i {
                         Interest::ConfigDir
@@ -620,6 +641,14 @@ impl Watcher {
                         }
                         Interest::Entry(n, t) if *n == name => return *t,
                         Interest::AnyEntry(t) if !hidden && !name.is_empty() => return *t,
+                        Interest::Altered(n, t)
+                            if altered
+                                && !hidden
+                                && !name.is_empty()
+                                && n.as_ref().is_none_or(|n| *n == name) =>
+                        {
+                            return *t
+                        }
                         _ => {}
                     }
                 }

@@ -26,6 +26,9 @@ pub enum Trigger {
     Credentials,
     /// A reboot ended while changed `reboot.*` settings waited for it.
     Reboot,
+    /// One of the node's credential files changed (a label, a mode, an entry): someone else's
+    /// `chcon` or `:z` mount is undone at once, not at the next resync.
+    CredentialChange,
 }
 
 impl Trigger {
@@ -39,6 +42,7 @@ impl Trigger {
             Trigger::Resync => "resync",
             Trigger::Credentials => "credentials",
             Trigger::Reboot => "reboot",
+            Trigger::CredentialChange => "credential-change",
         }
     }
 }

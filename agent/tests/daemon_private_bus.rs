@@ -216,6 +216,20 @@ async fn daemon_serves_status_and_wakes_on_events() {
         "{expiry} not in:\n{m}"
     );
 
+    // Someone changes a credential (a chmod here; a chcon or a `:z` mount on SELinux hosts):
+    // a pass runs at once, not at the next resync.
+    use std::os::unix::fs::PermissionsExt;
+    // (the link names a node path; in this scratch root it lies under `root`)
+    let link =
+        std::fs::read_link(root.join("var/lib/kubelet/pki/kubelet-client-current.pem")).unwrap();
+    let key = root.join(link.strip_prefix("/").unwrap());
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o640)).unwrap();
+    until(&bus, "a pass on the credential change", |v| {
+        v["daemon"]["last_pass"]["trigger"] == "credential-change"
+    })
+    .await;
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+
     // A broken config fragment: the daemon reports it (file and key) and keeps running.
     std::fs::write(
         root.join("etc/nodectl/config.d/20-bad.toml"),
