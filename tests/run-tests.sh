@@ -33,12 +33,15 @@ trap 'rm -rf "$stage"' EXIT
 if [[ " $TIERS " == *" 2 "* || " $TIERS " == *" 3 "* ]]; then
   hdr "build binaries for the guests"
   cargo build --bins -p nodectl -p nodectl-testkit -p nodectl-apiserver-double || exit 1
+  # What ships (packaging's release profile), for the VM's footprint check (kubelet.sh K5).
+  cargo build --release -p nodectl --bin nodectld || exit 1
   live=$(cargo test -p nodectl-units --test systemd_live --no-run --message-format=json 2>/dev/null \
     | jq -r 'select(.reason == "compiler-artifact" and .target.name == "systemd_live") | .executable' | tail -1)
   [ -x "$live" ] || { echo "cannot find the systemd_live test binary" >&2; exit 1; }
   # Same glibc (2.36) on host and guest: the host's build runs there as is. Stripped to copy fast.
   strip -o "$stage/nodectld" target/debug/nodectld
   strip -o "$stage/nodectl" target/debug/nodectl
+  strip -o "$stage/nodectld-release" target/release/nodectld
   strip -o "$stage/systemd_live" "$live"
   strip -o "$stage/label-observer" target/debug/label-observer
   strip -o "$stage/relabel-bench" target/debug/relabel-bench

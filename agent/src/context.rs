@@ -25,6 +25,10 @@ pub struct Cx {
     pub inline_wait: std::time::Duration,
     /// Wakes the daemon for another pass (background work that ended); none outside the daemon.
     pub waker: Option<Waker>,
+    /// nodectld's first pass, before READY=1: nodectld.service is still starting, and
+    /// kubelet.service is ordered after it, so a kubelet start or restart is queued, not waited
+    /// for (it runs as soon as this pass ends).
+    pub activating: bool,
     /// Set by a step that waits for something to settle (a bundle still being written): the
     /// daemon runs another pass after this long even without an event.
     recheck: std::sync::Mutex<Option<std::time::Duration>>,
@@ -43,6 +47,7 @@ impl Cx {
             started: std::time::SystemTime::now(),
             inline_wait: std::time::Duration::from_secs(5),
             waker: None,
+            activating: false,
             recheck: std::sync::Mutex::new(None),
         }
     }

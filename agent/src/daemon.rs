@@ -394,6 +394,7 @@ async fn pass(
         Ok((host, settings)) => {
             let mut cx = Cx::new(root.clone(), host, settings, systemd.clone());
             cx.forced = matches!(trigger, Trigger::Sighup | Trigger::Dbus);
+            cx.activating = passes == 1;
             let wake = shared.wake.clone();
             cx.waker = Some(Arc::new(move || {
                 let _ = wake.send(Trigger::Credentials);

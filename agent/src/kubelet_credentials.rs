@@ -667,7 +667,7 @@ impl Step for KubeletCredentials {
                         unit = KUBELET_UNIT,
                         "restarting on the node's new credentials"
                     );
-                    cx.systemd.restart(KUBELET_UNIT).await?;
+                    crate::steps::start_kubelet(cx, true).await?;
                 }
                 if marker.exists() && !self.running() {
                     cx.writer()

@@ -305,6 +305,24 @@ pub(crate) fn kubelet_is_up(active: &str) -> bool {
     matches!(active, "active" | "activating" | "reloading")
 }
 
+/// Starts (or restarts) kubelet.service: waits for the job, except in nodectld's first pass
+/// (see [`Cx::activating`]), where the job is queued and runs once the pass has ended.
+pub(crate) async fn start_kubelet(cx: &Cx, restart: bool) -> anyhow::Result<()> {
+    if cx.activating {
+        cx.systemd.queue(kubelet::KUBELET_UNIT, restart).await?;
+        tracing::info!(
+            unit = kubelet::KUBELET_UNIT,
+            "{} queued: it runs once nodectld is ready (kubelet is ordered after it)",
+            if restart { "restart" } else { "start" }
+        );
+    } else if restart {
+        cx.systemd.restart(kubelet::KUBELET_UNIT).await?;
+    } else {
+        cx.systemd.start(kubelet::KUBELET_UNIT).await?;
+    }
+    Ok(())
+}
+
 impl Step for KubeletUnit {
     fn id(&self) -> &'static str {
         "kubelet-unit"
@@ -390,7 +408,7 @@ impl Step for KubeletUnit {
                         unit = kubelet::KUBELET_UNIT,
                         "restarting: definition changed"
                     );
-                    cx.systemd.restart(kubelet::KUBELET_UNIT).await?;
+                    start_kubelet(cx, true).await?;
                 }
                 cx.writer().remove(Path::new(RESTART_MARKER))?;
             }
@@ -541,6 +559,11 @@ impl Step for KubeletRunning {
             let st = cx.systemd.state(kubelet::KUBELET_UNIT).await?;
             Ok(if kubelet_is_up(&st.active) {
                 Observation::Converged(format!("kubelet.service {} ({})", st.active, st.sub))
+            } else if st.job != 0 {
+                Observation::Converged(format!(
+                    "kubelet.service {} ({}), a job queued for it (it runs once nodectld is ready)",
+                    st.active, st.sub
+                ))
             } else {
                 Observation::Changes(vec![Change::new(
                     "start kubelet.service",
@@ -552,7 +575,7 @@ impl Step for KubeletRunning {
     }
     fn apply<'a>(&'a self, cx: &'a Cx) -> BoxFuture<'a, anyhow::Result<()>> {
         async move {
-            cx.systemd.start(kubelet::KUBELET_UNIT).await?;
+            start_kubelet(cx, false).await?;
             Ok(())
         }
         .boxed()

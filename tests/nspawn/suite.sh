@@ -96,6 +96,19 @@ expect "the override file is untouched" "$(sha256sum /etc/systemd/system/kubelet
 expect "nodectld did not restart kubelet over it" "$(nodectl status --json | jq .systemd_calls.restart)" "$restarts"
 rm /etc/systemd/system/kubelet.service.d/10-image-override.conf && systemctl daemon-reload
 
+echo "## a node that comes up with its credentials (a reboot): kubelet waits for nodectld, no deadlock"
+# kubelet.service is ordered after nodectld.service: nodectld's first pass queues kubelet's start
+# (it runs at READY=1) instead of waiting for a job that waits for nodectld.
+systemctl stop nodectld.service kubelet.service
+start=$SECONDS
+check "nodectld starts at once with kubelet to start (a start job would wait for it)" \
+  timeout 30 systemctl start nodectld.service
+expect "in under 15 s, not the start timeout" "$([ $((SECONDS - start)) -lt 15 ] && echo yes || echo "no ($((SECONDS - start)) s)")" yes
+check "kubelet becomes active right after" wait_until 15 sh -c '[ "$(systemctl is-active kubelet.service)" = active ]'
+check "the first pass says so" sh -c \
+  'journalctl -u nodectld.service --no-pager -o cat | grep -q "start queued: it runs once nodectld is ready"'
+check "and the node is converged" wait_until 10 sh -c 'nodectl status --json | jq -e ".daemon.status_line == \"node converged\""'
+
 echo "## root-only Converge; read-only for everyone"
 check "nobody can read status over D-Bus" setpriv --reuid=65534 --regid=65534 --clear-groups nodectl status --json
 out=$(setpriv --reuid=65534 --regid=65534 --clear-groups busctl call org.nodectl.Agent1 /org/nodectl/Agent1 org.nodectl.Agent1 Converge 2>&1)

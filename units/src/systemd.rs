@@ -71,6 +71,10 @@ pub struct UnitState {
     pub restarts: u32,
     /// For services: the main process's exit status (or signal number) when it last exited.
     pub exit_status: i32,
+    /// The id of a job queued for the unit and not yet run (0: none), e.g. kubelet's start
+    /// waiting for nodectld's own start (kubelet is ordered after it).
+    #[serde(default)]
+    pub job: u32,
 }
 
 impl UnitState {
@@ -199,6 +203,25 @@ impl Client {
         self.job(unit, JobOp::Stop).await
     }
 
+    /// Queues a start (`restart`: a restart) and returns without waiting for it: for a unit
+    /// ordered after the caller's own unit while that one is still starting, whose job runs only
+    /// once the caller is ready (waiting for it would wait for ourselves).
+    pub async fn queue(&self, unit: &str, restart: bool) -> Result<()> {
+        let (u, mode) = (unit.to_string(), "replace".to_string());
+        if restart {
+            self.counters.restart.fetch_add(1, Ordering::Relaxed);
+            self.manager.restart_unit(u, mode).await
+        } else {
+            self.counters.start.fetch_add(1, Ordering::Relaxed);
+            self.manager.start_unit(u, mode).await
+        }
+        .map(|_| ())
+        .map_err(bus(format!(
+            "{} {unit}",
+            if restart { "RestartUnit" } else { "StartUnit" }
+        )))
+    }
+
     /// Queues a job (mode `replace`) and waits for its JobRemoved signal. The signal stream is
     /// opened before the call, so a job that finishes at once is not missed.
     async fn job(&self, unit: &str, op: JobOp) -> Result<()> {
@@ -297,6 +320,7 @@ impl Client {
                 .unit_file_state()
                 .await
                 .map_err(bus(ctx("UnitFileState")))?,
+            job: u.job().await.map(|(id, _)| id).unwrap_or(0),
             ..UnitState::default()
         };
         if unit.ends_with(".service") {
@@ -507,6 +531,15 @@ impl Systemd {
         match self {
             Systemd::Bus(c) => c.restart(unit).await,
             Systemd::Offline(o) => o.set_active(unit, true, |c| &mut c.restart),
+        }
+    }
+
+    /// See [`Client::queue`]; offline the same as [`Self::start`] / [`Self::restart`].
+    pub async fn queue(&self, unit: &str, restart: bool) -> Result<()> {
+        match (self, restart) {
+            (Systemd::Bus(c), _) => c.queue(unit, restart).await,
+            (Systemd::Offline(o), false) => o.set_active(unit, true, |c| &mut c.start),
+            (Systemd::Offline(o), true) => o.set_active(unit, true, |c| &mut c.restart),
         }
     }
 

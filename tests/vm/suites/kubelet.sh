@@ -7,8 +7,10 @@
 #       certificate's expiry; kubelet stops on SIGTERM
 #   K2  flannel: flannel.1 created without an address keeps its MAC with nodectld's link file;
 #       without it (provider changed away from flannel: nodectld removes the file) udev rewrites it
-# /test holds: check.sh, lib.sh, nodectld, nodectl, nodectld.service, org.nodectl.Agent1.conf,
-# worker.toml, nodectl-apiserver-double, kubelet-standin/.
+#   K5  the release build's idle footprint on that node: RSS <= 8 MiB, no pass and (almost) no CPU
+#       in 30 s without events
+# /test holds: check.sh, lib.sh, nodectld, nodectld-release, nodectl, nodectld.service,
+# org.nodectl.Agent1.conf, worker.toml, nodectl-apiserver-double, kubelet-standin/.
 . /test/check.sh
 . /test/lib.sh
 export NO_COLOR=1
@@ -100,6 +102,30 @@ expect "K4 the test token appears nowhere in this boot's journal (all fields)" \
 keyline=$(sed -n '/PRIVATE KEY-----$/,/END/p' "$current" | sed -n 2p)
 check "K4 the node's key bytes appear nowhere in this boot's journal" \
   sh -c "[ -n '$keyline' ] && ! journalctl -b -o verbose --no-pager | grep -qF -- '$keyline'"
+
+echo "## K5: idle footprint of the release build (target: <= 8 MiB RSS, no busy polling)"
+# What ships: the release build (packaging's profile), as nodectld.service runs it, on a node
+# that holds its credentials, with kubelet running and FleetLock served; the credentials check
+# talks to the double.
+install -m 0755 /test/nodectld-release /usr/local/bin/nodectld
+restorecon /usr/local/bin/nodectld >/dev/null 2>&1
+printf '[reboot]\nstrategy = "fleet-lock"\n' >/etc/nodectl/config.d/30-reboot.toml
+check "K5 the release nodectld starts" systemctl restart nodectld.service
+check "K5 it converges (kubelet active, FleetLock served)" wait_until 60 sh -c \
+  'nodectl status --json | jq -e ".daemon.status_line == \"node converged\" and .kubelet.active == \"active\" and .reboot.endpoint != null"'
+sleep 5
+pid=$(systemctl show -p MainPID --value nodectld.service)
+cpu() { awk '{print $14 + $15}' "/proc/$pid/stat"; }
+passes0=$(nodectl status --json | jq .daemon.passes); cpu0=$(cpu)
+sleep 30
+passes1=$(nodectl status --json | jq .daemon.passes); cpu1=$(cpu)
+rss=$(awk '/^Rss:/ {print $2}' "/proc/$pid/smaps_rollup")
+echo "  | nodectld (release) idle: RSS $rss kB, PSS $(awk '/^Pss:/ {print $2}' "/proc/$pid/smaps_rollup") kB, anonymous $(awk '/^Anonymous:/ {print $2}' "/proc/$pid/smaps_rollup") kB, $(ls "/proc/$pid/task" | wc -l) thread(s); CPU $((cpu1 - cpu0)) ticks in 30 s"
+check "K5 idle RSS $rss kB <= 8 MiB (8192 kB)" test "$rss" -le 8192
+expect "K5 no pass in 30 s idle (no polling)" "$passes1" "$passes0"
+# (each `nodectl status` above is a D-Bus call: a few ticks at most)
+check "K5 under 0.1 s of CPU in 30 s idle ($((cpu1 - cpu0)) ticks)" test $((cpu1 - cpu0)) -le 10
+rm /etc/nodectl/config.d/30-reboot.toml
 stop_apiserver_double
 
 echo "## K2: flannel's MAC and nodectld's 50-flannel.link"
