@@ -466,6 +466,7 @@ async fn pass(
         st.daemon.passes = passes;
         st.daemon.status_line = line.clone();
     }
+    crate::memory::release_freed();
     write_metrics(root, shared).await;
     notify(&[NotifyState::Ready, NotifyState::Status(&line)]);
     recheck

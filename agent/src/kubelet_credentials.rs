@@ -382,6 +382,8 @@ impl KubeletCredentials {
                 }
             }
             drop(st);
+            drop(labeler);
+            crate::memory::release_freed();
             let _ = tx.send(true);
             if let Some(w) = waker {
                 w();
@@ -420,6 +422,7 @@ impl KubeletCredentials {
                 tokio::time::timeout(Duration::from_secs(30), accepted(&root, &kubeconfig))
                     .await
                     .unwrap_or_else(|_| Err("no answer within 30 s".into()));
+            crate::memory::release_freed();
             let mut st = state.lock().expect("credentials state");
             st.checking = false;
             match verdict {

@@ -22,6 +22,7 @@ pub mod kubeconfig;
 pub mod kubelet_credentials;
 pub mod load;
 pub mod logging;
+pub mod memory;
 pub mod reboot;
 pub mod root;
 pub mod status;

@@ -148,6 +148,16 @@ pub fn metrics(st: &Status) -> String {
             &[(String::new(), p.failed_steps.len() as f64)],
         );
     }
+    if let Some((rss, anon)) = crate::memory::resident() {
+        gauge(
+            "nodectl_resident_memory_bytes",
+            "nodectld's resident memory (all, and anonymous: the heap and stacks).",
+            &[
+                ("{kind=\"all\"}".into(), rss as f64),
+                ("{kind=\"anonymous\"}".into(), anon as f64),
+            ],
+        );
+    }
     gauge(
         "nodectl_passes_total",
         "Convergence passes since nodectld started.",

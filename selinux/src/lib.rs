@@ -122,9 +122,51 @@ unsafe impl Send for Lookup {}
 unsafe impl Sync for Lookup {}
 
 /// Reads and writes labels. Created once per pass; when labels do not apply it only says why.
+/// The file_contexts handle (tens of MiB of compiled expressions with a full policy) is opened
+/// at the first lookup, not before, and closed with the labeler.
 pub struct Labeler {
     skipped: Option<LabelsSkipped>,
-    lookup: Option<Lookup>,
+    lookup: std::sync::OnceLock<Option<Lookup>>,
+    /// The file_contexts files' identity when this labeler was made (None: not cacheable).
+    stamp: Option<Stamp>,
+}
+
+/// Which file_contexts answered: the (path, size, mtime) of each of the policy's files.
+type Stamp = Vec<(PathBuf, u64, std::time::SystemTime)>;
+
+/// Default labels already looked up, process-wide, for the file_contexts files they came from.
+/// A daemon asks for the same few dozen paths every pass; the handle that answers them holds
+/// tens of MiB (every compiled expression of the policy), so it is opened only on a miss.
+#[allow(clippy::type_complexity)]
+static DEFAULTS: std::sync::Mutex<
+    Option<(
+        Stamp,
+        std::collections::HashMap<(PathBuf, u32), Option<Context>>,
+    )>,
+> = std::sync::Mutex::new(None);
+
+/// The policy's file_contexts files as they are now; `None` when the policy type is unknown.
+fn stamp(policy: Option<&str>) -> Option<Stamp> {
+    let dir = Path::new("/etc/selinux")
+        .join(policy?)
+        .join("contexts/files");
+    let mut out = Vec::new();
+    for suffix in [
+        "",
+        ".bin",
+        ".local",
+        ".local.bin",
+        ".homedirs",
+        ".homedirs.bin",
+        ".subs",
+        ".subs_dist",
+    ] {
+        let p = dir.join(format!("file_contexts{suffix}"));
+        if let Ok(m) = fs::metadata(&p) {
+            out.push((p, m.len(), m.modified().ok()?));
+        }
+    }
+    (!out.is_empty()).then_some(out)
 }
 
 impl Labeler {
@@ -138,15 +180,30 @@ impl Labeler {
         } else {
             None
         };
-        // The file_contexts database answers "what would restorecon set here".
-        let lookup = if skipped.is_none() {
-            selinux::label::Labeler::restorecon_default(true)
-                .ok()
-                .map(|l| Lookup(std::sync::Mutex::new(l)))
+        let stamp = if skipped.is_none() {
+            stamp(host.policy.as_deref())
         } else {
             None
         };
-        Labeler { skipped, lookup }
+        Labeler {
+            skipped,
+            lookup: std::sync::OnceLock::new(),
+            stamp,
+        }
+    }
+
+    /// The file_contexts database, which answers "what would restorecon set here".
+    fn lookup(&self) -> Option<&Lookup> {
+        self.lookup
+            .get_or_init(|| {
+                if self.skipped.is_some() {
+                    return None;
+                }
+                selinux::label::Labeler::restorecon_default(true)
+                    .ok()
+                    .map(|l| Lookup(std::sync::Mutex::new(l)))
+            })
+            .as_ref()
     }
 
     /// `Some(reason)` when this labeler writes nothing.
@@ -157,7 +214,35 @@ impl Labeler {
     /// The policy's default label for `path` (as `restorecon` would set it), for a file of the
     /// given `st_mode` file type bits.
     pub fn default_for(&self, path: &Path, file_mode: u32) -> Option<Context> {
-        let lookup = self.lookup.as_ref()?.0.lock().ok()?;
+        const S_IFMT: u32 = 0o170000;
+        let key = (path.to_path_buf(), file_mode & S_IFMT);
+        let Some(stamp) = &self.stamp else {
+            return self.look_up(path, file_mode);
+        };
+        {
+            let cache = DEFAULTS.lock().ok()?;
+            if let Some((s, map)) = cache.as_ref() {
+                if s == stamp {
+                    if let Some(hit) = map.get(&key) {
+                        return hit.clone();
+                    }
+                }
+            }
+        }
+        let found = self.look_up(path, file_mode);
+        let mut cache = DEFAULTS.lock().ok()?;
+        match cache.as_mut() {
+            Some((s, map)) if s == stamp => {
+                map.insert(key, found.clone());
+            }
+            _ => *cache = Some((stamp.clone(), [(key, found.clone())].into())),
+        }
+        found
+    }
+
+    /// Asks the file_contexts handle (opened now if this labeler has not yet).
+    fn look_up(&self, path: &Path, file_mode: u32) -> Option<Context> {
+        let lookup = self.lookup()?.0.lock().ok()?;
         let ctx = lookup
             .look_up_by_path(path, selinux::FileAccessMode::new(file_mode))
             .ok()?;
