@@ -323,15 +323,7 @@ async fn status_from_disk(root: &Root, why: String) -> Status {
             if let Ok(k) = cx.systemd.state(nodectl_units::kubelet::KUBELET_UNIT).await {
                 st.set_kubelet(k);
             }
-            st.kubelet_image = cx
-                .systemd
-                .environment_var(
-                    nodectl_units::kubelet::KUBELET_UNIT,
-                    nodectl_units::kubelet::IMAGE_VAR,
-                )
-                .await
-                .ok()
-                .flatten();
+            st.kubelet_image = status::kubelet_image(&cx.systemd).await;
         }
         Err(e) => st.config_error = Some(format!("cannot reach systemd: {e:#}")),
     }

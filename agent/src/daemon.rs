@@ -425,14 +425,7 @@ async fn pass(
                 .state(nodectl_units::kubelet::KUBELET_UNIT)
                 .await
                 .ok();
-            let kubelet_image = systemd
-                .environment_var(
-                    nodectl_units::kubelet::KUBELET_UNIT,
-                    nodectl_units::kubelet::IMAGE_VAR,
-                )
-                .await
-                .ok()
-                .flatten();
+            let kubelet_image = status::kubelet_image(systemd).await;
             // File reads: done before the status is locked (GetStatus waits on that lock).
             let audit = status::AuditSummary::read(root, &cx.settings);
             let credentials = status::Credentials::read(root);

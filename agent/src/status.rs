@@ -83,6 +83,16 @@ impl AuditSummary {
     }
 }
 
+/// The image kubelet.service runs, as systemd has it loaded (an operator's drop-in included).
+pub async fn kubelet_image(systemd: &nodectl_units::systemd::Systemd) -> Option<String> {
+    use nodectl_units::kubelet::{IMAGE_VAR, KUBELET_UNIT};
+    systemd
+        .environment_var(KUBELET_UNIT, IMAGE_VAR)
+        .await
+        .ok()
+        .flatten()
+}
+
 /// The Prometheus text exposition of a status (for node_exporter's textfile collector).
 pub fn metrics(st: &Status) -> String {
     let mut o = String::new();
@@ -590,16 +600,21 @@ mod tests {
         assert_eq!(human_duration(-182), "-3m 2s");
     }
 
+    /// A certificate valid until 2026-12-03, renewed at 2026-12-02T09:00, 50 h left.
+    fn credentials() -> Credentials {
+        Credentials {
+            subject: "system:node:w1".into(),
+            not_before: "2026-11-30T00:00:00Z".into(),
+            not_after: "2026-12-03T00:00:00Z".into(),
+            rotate_at: "2026-12-02T09:00:00Z".into(),
+            expires_in_s: 3600 * 50,
+        }
+    }
+
     #[test]
     fn status_shows_the_certificate_expiry_or_that_it_expired() {
         let mut st = Status {
-            credentials: Some(Credentials {
-                subject: "system:node:w1".into(),
-                not_before: "2026-11-30T00:00:00Z".into(),
-                not_after: "2026-12-03T00:00:00Z".into(),
-                rotate_at: "2026-12-02T09:00:00Z".into(),
-                expires_in_s: 3600 * 50,
-            }),
+            credentials: Some(credentials()),
             ..Status::default()
         };
         assert!(st.render().contains(
@@ -652,13 +667,7 @@ mod tests {
     #[test]
     fn metrics_carry_instants_and_one_reboot_state() {
         let st = Status {
-            credentials: Some(Credentials {
-                subject: "system:node:w1".into(),
-                not_before: "2026-11-30T00:00:00Z".into(),
-                not_after: "2026-12-03T00:00:00Z".into(),
-                rotate_at: "2026-12-02T09:00:00Z".into(),
-                expires_in_s: 3600 * 50,
-            }),
+            credentials: Some(credentials()),
             reboot: Some(crate::reboot::coordinator::RebootStatus {
                 state: "draining".into(),
                 ..Default::default()
