@@ -125,14 +125,23 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         if let Some(s) = &settings {
             reboots = follow_reboot_settings(reboots, &opts.root, s, &systemd, &shared).await;
         }
-        // Wait for the next reason to run, without polling.
-        let next = tokio::select! {
-            t = rx.recv() => t,
-            t = watcher.next() => Some(t),
-            _ = sighup.recv() => Some(Trigger::Sighup),
-            _ = tokio::time::sleep(recheck.unwrap_or(opts.resync)) => Some(Trigger::Resync),
-            _ = sigterm.recv() => None,
-            _ = sigint.recv() => None,
+        // Wait for the next reason to run, without polling. Once, a few seconds after the pass,
+        // give back what work that outlived it freed (a certificate check, status calls).
+        let resync_at = tokio::time::Instant::now() + recheck.unwrap_or(opts.resync);
+        let mut trim_at = Some(tokio::time::Instant::now() + LATE_TRIM);
+        let next = loop {
+            tokio::select! {
+                t = rx.recv() => break t,
+                t = watcher.next() => break Some(t),
+                _ = sighup.recv() => break Some(Trigger::Sighup),
+                _ = tokio::time::sleep_until(resync_at) => break Some(Trigger::Resync),
+                _ = sigterm.recv() => break None,
+                _ = sigint.recv() => break None,
+                _ = tokio::time::sleep_until(trim_at.unwrap_or(resync_at)), if trim_at.is_some() => {
+                    crate::memory::release_freed();
+                    trim_at = None;
+                }
+            }
         };
         let Some(t) = next else { break };
         trigger = t;
@@ -348,6 +357,9 @@ async fn start_reboots(
 /// Prometheus text metrics, rewritten after every pass (node_exporter:
 /// `--collector.textfile.directory=/run/nodectl/metrics`).
 pub const METRICS: &str = "/run/nodectl/metrics/nodectl.prom";
+
+/// How long after a pass nodectld gives back memory freed by work that outlived the pass.
+const LATE_TRIM: Duration = Duration::from_secs(10);
 
 /// Metrics for node_exporter's textfile collector, written atomically: after every pass, and
 /// when the reboot state changes.
