@@ -77,7 +77,11 @@ impl Agent {
     /// The whole status as JSON (schema in docs/status.md).
     async fn get_status(&self) -> String {
         let st = self.shared.snapshot().await;
-        serde_json::to_string(&st).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+        let json = serde_json::to_string(&st).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"));
+        drop(st);
+        // A status call runs between passes: give back what it freed.
+        crate::memory::release_freed();
+        json
     }
 
     /// Runs a convergence pass now. Root only.
