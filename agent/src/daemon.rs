@@ -175,12 +175,7 @@ struct Reboots {
     task: tokio::task::JoinHandle<()>,
     strategy: config::RebootStrategy,
     policy: config::RebootPolicy,
-    /// A change of settings was seen while a reboot was under way (logged once).
-    deferred: bool,
 }
-
-/// Reboot states in which nothing is held: the coordination may restart on new settings.
-const RESTARTABLE: &[&str] = &["idle", "waiting-for-window", "waiting-for-slot"];
 
 /// After a pass: starts reboot coordination when wanted (and possible), and restarts it when
 /// `reboot.*` changed, but never in the middle of a reboot: a slot held in one namespace's Lease
@@ -193,7 +188,8 @@ async fn follow_reboot_settings(
     systemd: &Systemd,
     shared: &Arc<Shared>,
 ) -> Option<Reboots> {
-    if let Some(mut r) = current {
+    use crate::reboot::coordinator::HOLDING_NOTHING;
+    if let Some(r) = current {
         if r.strategy == s.reboot && r.policy == s.reboot_policy {
             return Some(r);
         }
@@ -203,14 +199,13 @@ async fn follow_reboot_settings(
             .expect("reboot")
             .as_ref()
             .map(|c| c.status().state);
-        if let Some(st) = state.filter(|st| !RESTARTABLE.contains(&st.as_str())) {
-            if !r.deferred {
+        if let Some(st) = state.filter(|st| !HOLDING_NOTHING.contains(&st.as_str())) {
+            // (logged once: the flag is set until the coordination restarts)
+            if !shared.reboot_deferred.swap(true, Ordering::SeqCst) {
                 tracing::warn!(
                     state = %st,
                     "reboot settings changed; they apply once the reboot under way is over"
                 );
-                r.deferred = true;
-                shared.reboot_deferred.store(true, Ordering::SeqCst);
             }
             return Some(r);
         }
@@ -227,7 +222,6 @@ async fn follow_reboot_settings(
                 task,
                 strategy: s.reboot,
                 policy: s.reboot_policy.clone(),
-                deferred: false,
             });
             if started.is_some() {
                 write_metrics(root, shared).await;
@@ -310,7 +304,9 @@ async fn start_reboots(
     {
         let (root, shared) = (root.clone(), shared.clone());
         c.set_on_change(Arc::new(move |state: &str| {
-            if RESTARTABLE.contains(&state) && shared.reboot_deferred.load(Ordering::SeqCst) {
+            if crate::reboot::coordinator::HOLDING_NOTHING.contains(&state)
+                && shared.reboot_deferred.load(Ordering::SeqCst)
+            {
                 let _ = shared.wake.send(Trigger::Reboot);
             }
             let (root, shared) = (root.clone(), shared.clone());

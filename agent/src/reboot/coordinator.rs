@@ -75,6 +75,9 @@ pub const STATES: &[&str] = &[
     "waiting-for-ready",
 ];
 
+/// The states in which this node holds no slot (the coordination may restart on new settings).
+pub const HOLDING_NOTHING: &[&str] = &["idle", "waiting-for-window", "waiting-for-slot"];
+
 /// Told the new reboot state after each change.
 pub type OnChange = Arc<dyn Fn(&str) + Send + Sync>;
 
