@@ -68,14 +68,6 @@ impl Validity {
     }
 }
 
-/// A uniformly drawn fraction in [0, 1) for jitter, from the OS's randomness.
-pub fn jitter() -> f64 {
-    let mut b = [0u8; 8];
-    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut b)
-        .expect("OS randomness");
-    (u64::from_le_bytes(b) >> 11) as f64 / (1u64 << 53) as f64
-}
-
 /// The node's credentials (node paths; directories include what is below them): never
 /// container-readable, kept out of the relabel step's shared trees, checked by the audit.
 pub fn paths(settings: &crate::config::Settings) -> Vec<PathBuf> {
@@ -129,27 +121,6 @@ pub fn pending_key(w: &Writer) -> anyhow::Result<(rcgen::KeyPair, bool)> {
     }
 }
 
-pub(crate) fn stamp(t: SystemTime) -> String {
-    let secs = t.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs() as i64;
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    // Civil date from days since the epoch (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02}-{:02}-{:02}-{:02}",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
-}
-
 /// Stores a new certificate chain with its key: a timestamped file (0600), then the `current`
 /// symlink switched to it atomically, then the pending key removed. Returns the node path of
 /// `kubelet-client-current.pem` (what the node kubeconfig names).
@@ -161,7 +132,7 @@ pub fn store(
 ) -> anyhow::Result<PathBuf> {
     let dir = Path::new(CERT_DIR);
     w.ensure_dir(&private_dir(w))?;
-    let name = format!("kubelet-client-{}.pem", stamp(now));
+    let name = format!("kubelet-client-{}.pem", crate::util::time::stamp(now));
     let mut content = chain_pem.to_vec();
     if !content.ends_with(b"\n") {
         content.push(b'\n');
@@ -238,7 +209,7 @@ mod tests {
             );
         }
         assert!(!v.expired(v.not_before) && v.expired(v.not_after));
-        let j = jitter();
+        let j = crate::util::jitter();
         assert!((0.0..1.0).contains(&j));
         assert!(validity(b"garbage").is_err());
     }
@@ -312,19 +283,6 @@ mod tests {
         assert_eq!(
             std::fs::metadata(f).unwrap().permissions().mode() & 0o777,
             0o600
-        );
-    }
-
-    #[test]
-    fn stamps_are_utc_calendar_times() {
-        assert_eq!(stamp(UNIX_EPOCH), "1970-01-01-00-00-00");
-        assert_eq!(
-            stamp(UNIX_EPOCH + Duration::from_secs(951_782_400)),
-            "2000-02-29-00-00-00"
-        );
-        assert_eq!(
-            stamp(UNIX_EPOCH + Duration::from_secs(1_796_000_000)),
-            "2026-11-30-00-53-20"
         );
     }
 }

@@ -265,11 +265,7 @@ async fn start_reboots(
         slots: p.group_slots as usize,
         stale_after: Duration::from_secs(p.stale_after_secs),
         drain_timeout: Duration::from_secs(p.drain_timeout_secs),
-        windows: p
-            .windows
-            .iter()
-            .map(|w| crate::reboot::windows::parse(w).map_err(anyhow::Error::msg))
-            .collect::<anyhow::Result<_>>()?,
+        windows: p.windows.clone(),
         time_zone: p.time_zone.clone(),
         ..Policy::default()
     };
@@ -451,7 +447,7 @@ async fn pass(
                 st.set_kubelet(k);
             }
             st.daemon.last_pass = Some(Pass {
-                finished_at: status::now_secs(),
+                finished_at: crate::util::time::now_secs(),
                 duration_ms: report.duration_ms,
                 trigger: trigger.name().into(),
                 changes_applied: applied,

@@ -401,14 +401,9 @@ mod tests {
     fn cx() -> (tempfile::TempDir, Cx) {
         let d = tempfile::tempdir().unwrap();
         let root = crate::root::Root::new(d.path());
-        let mut m = crate::config::Merged::default();
-        let f = std::path::Path::new("/etc/nodectl/config.d/10.toml");
-        m.add(
-            crate::config::Fragment::parse("[node]\nrole = \"worker\"\n", f).unwrap(),
-            f,
-        );
         let host = crate::host::Host::generic();
-        let settings = crate::config::Settings::validate(&m, &host, "n1").unwrap();
+        let settings =
+            crate::config::Settings::from_toml("[node]\nrole = \"worker\"\n", &host, "n1");
         let sd = nodectl_units::systemd::Systemd::Offline(nodectl_units::systemd::Offline::new(
             d.path(),
         ));

@@ -114,7 +114,7 @@ pub fn need(held: Option<&Held>, node_name: &str, refused: bool, now: SystemTime
     if h.validity.expired(now) {
         return Need::Bootstrap(format!(
             "the certificate expired at {}",
-            crate::status::rfc3339(h.validity.not_after)
+            crate::util::time::rfc3339(h.validity.not_after)
         ));
     }
     if refused {
@@ -123,8 +123,8 @@ pub fn need(held: Option<&Held>, node_name: &str, refused: bool, now: SystemTime
     if now >= h.rotate_at {
         return Need::Rotate(format!(
             "past its rotation time {} (expires {})",
-            crate::status::rfc3339(h.rotate_at),
-            crate::status::rfc3339(h.validity.not_after)
+            crate::util::time::rfc3339(h.rotate_at),
+            crate::util::time::rfc3339(h.validity.not_after)
         ));
     }
     Need::Nothing
@@ -343,7 +343,7 @@ impl KubeletCredentials {
                 Ok(issued) => {
                     tracing::info!(
                         request = %issued.request,
-                        not_after = %crate::status::rfc3339(issued.validity.not_after),
+                        not_after = %crate::util::time::rfc3339(issued.validity.not_after),
                         "node client certificate issued and written"
                     );
                     st.phase = Phase::Idle;
@@ -354,7 +354,7 @@ impl KubeletCredentials {
                     let reason = e.to_string();
                     tracing::error!(
                         "{reason}; not asking again before {} unless an operator acts (nodectl converge)",
-                        crate::status::rfc3339(now + REFUSED_BACKOFF)
+                        crate::util::time::rfc3339(now + REFUSED_BACKOFF)
                     );
                     st.phase = Phase::Refused {
                         since: now,
@@ -365,7 +365,7 @@ impl KubeletCredentials {
                 }
                 Err(e) => {
                     st.failures += 1;
-                    let delay = backoff(st.failures, credentials::jitter());
+                    let delay = backoff(st.failures, crate::util::jitter());
                     let reason = e.to_string();
                     tracing::warn!(
                         attempt = st.failures,
@@ -547,7 +547,7 @@ impl Step for KubeletCredentials {
                     since,
                 } => Some(format!(
                     "certificate request {r} ({via}) pending approval since {}",
-                    crate::status::rfc3339(*since)
+                    crate::util::time::rfc3339(*since)
                 )),
                 Phase::Running { via, .. } => Some(format!("requesting a certificate ({via})")),
                 Phase::Backoff {
@@ -570,7 +570,7 @@ impl Step for KubeletCredentials {
                     cx.recheck_in(left(*until));
                     anyhow::bail!(
                         "{reason} (next request at {}, or after `nodectl converge`, SIGHUP or a new {})",
-                        crate::status::rfc3339(*until),
+                        crate::util::time::rfc3339(*until),
                         cx.settings.bootstrap_kubeconfig.display()
                     );
                 }
@@ -579,8 +579,8 @@ impl Step for KubeletCredentials {
                 format!(
                     "{} valid until {}, rotation at {}",
                     h.subject,
-                    crate::status::rfc3339(h.validity.not_after),
-                    crate::status::rfc3339(h.rotate_at)
+                    crate::util::time::rfc3339(h.validity.not_after),
+                    crate::util::time::rfc3339(h.rotate_at)
                 )
             };
             match (&need, activity) {

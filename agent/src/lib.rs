@@ -27,3 +27,4 @@ pub mod reboot;
 pub mod root;
 pub mod status;
 pub mod steps;
+pub mod util;

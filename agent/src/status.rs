@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use crate::config::Settings;
 use crate::engine::{Report, StepState};
 use crate::host::Host;
+use crate::util::time::{human_duration, now_secs, rfc3339};
 
 /// Bumped only on incompatible changes; fields may be added without a bump.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -229,16 +230,6 @@ impl Credentials {
     }
 }
 
-/// `71h 58m`, `12m 5s`, `-3m 2s` (expired).
-fn human_duration(secs: i64) -> String {
-    let (sign, s) = if secs < 0 { ("-", -secs) } else { ("", secs) };
-    if s >= 3600 {
-        format!("{sign}{}h {}m", s / 3600, s % 3600 / 60)
-    } else {
-        format!("{sign}{}m {}s", s / 60, s % 60)
-    }
-}
-
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Failure {
     pub reason: String,
@@ -288,13 +279,6 @@ impl HostStatus {
             labels_skipped_reason: labeler.skipped().map(|r| r.to_string()),
         }
     }
-}
-
-/// `2026-11-30T04:10:36Z` (UTC, seconds).
-pub fn rfc3339(t: std::time::SystemTime) -> String {
-    let s = crate::credentials::stamp(t);
-    // stamp: YYYY-MM-DD-HH-MM-SS
-    format!("{}T{}:{}:{}Z", &s[..10], &s[11..13], &s[14..16], &s[17..19])
 }
 
 impl Status {
@@ -539,13 +523,6 @@ fn os_label(h: &Host) -> &'static str {
     }
 }
 
-pub fn now_secs() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
-}
-
 /// Prints a plan for people: changes first, then what waits or is blocked.
 pub fn render_plan(report: &Report, heading: &str) -> String {
     let mut o = String::new();
@@ -628,14 +605,11 @@ mod tests {
 
     #[test]
     fn the_node_line_shows_an_overriding_image() {
-        use crate::config::{Fragment, Merged, Settings};
-        let f = std::path::Path::new("/etc/nodectl/config.d/10.toml");
-        let mut m = Merged::default();
-        m.add(
-            Fragment::parse("[node]\nrole = \"worker\"\n", f).unwrap(),
-            f,
+        let settings = crate::config::Settings::from_toml(
+            "[node]\nrole = \"worker\"\n",
+            &crate::host::Host::generic(),
+            "w1",
         );
-        let settings = Settings::validate(&m, &crate::host::Host::generic(), "w1").unwrap();
         let configured = settings.kubelet_image.clone();
         let mut st = Status {
             settings: Some(settings),

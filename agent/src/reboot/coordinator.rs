@@ -33,8 +33,8 @@ pub struct Policy {
     /// How long one pre-reboot request waits for evicted pods to go.
     pub drain_wait: Duration,
     /// New slots are taken only inside these (none: any time), in `time_zone`.
-    pub windows: Vec<super::windows::Window>,
-    pub time_zone: String,
+    pub windows: Vec<crate::util::window::Window>,
+    pub time_zone: crate::util::window::Zone,
 }
 
 impl Default for Policy {
@@ -46,7 +46,7 @@ impl Default for Policy {
             drain_timeout: Duration::from_secs(600),
             drain_wait: Duration::from_secs(30),
             windows: Vec::new(),
-            time_zone: "UTC".into(),
+            time_zone: crate::util::window::Zone::utc(),
         }
     }
 }
@@ -202,13 +202,12 @@ impl LeaseCoordinator {
         // Outside the reboot windows no new slot is taken (a holder keeps going: a node half
         // drained is not left cordoned until the next window).
         if !current.holds(&p.id)
-            && !super::windows::open_now(&self.policy.windows, &self.policy.time_zone)
-                .map_err(internal)?
+            && !crate::util::window::open_now(&self.policy.windows, &self.policy.time_zone)
         {
             let d = format!(
                 "outside the reboot windows ({} windows, time zone {})",
                 self.policy.windows.len(),
-                self.policy.time_zone
+                self.policy.time_zone.name()
             );
             self.set("waiting-for-window", d.clone(), &p.group, current.holders);
             return Err(Refusal::new(StatusCode::LOCKED, "outside_window", d));
@@ -288,7 +287,7 @@ impl LeaseCoordinator {
 
     /// An operator frees a slot of `group` held by `holder` (a client id or a node name).
     pub async fn release_slot(&self, group: &str, holder: &str) -> Result<String, String> {
-        if !super::slots::valid_group(group) {
+        if !crate::util::names::valid_group(group) {
             return Err(format!("group {group:?} must match ^[a-zA-Z0-9.-]+$"));
         }
         let (client, _) = self.client().await.map_err(|r| r.value)?;

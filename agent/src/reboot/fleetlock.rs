@@ -159,7 +159,7 @@ pub fn check(
             "client_params.id must not be empty",
         ));
     }
-    if !super::slots::valid_group(&p.group) {
+    if !crate::util::names::valid_group(&p.group) {
         return Err(Refusal::new(
             StatusCode::BAD_REQUEST,
             "invalid_group",

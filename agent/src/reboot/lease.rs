@@ -44,7 +44,7 @@ pub struct LeaseLock {
 /// two groups never share a Lease and the name is always accepted.
 pub fn lease_name(group: &str) -> String {
     let plain = format!("reboot-{group}");
-    if crate::config::is_dns_subdomain(&plain) && plain.len() <= 253 {
+    if crate::util::names::is_dns_subdomain(&plain) && plain.len() <= 253 {
         return plain;
     }
     let digest = ring::digest::digest(&ring::digest::SHA256, group.as_bytes());
@@ -169,8 +169,7 @@ impl LeaseLock {
                 Ok(_) => return Ok((r, slots)),
                 // Someone else wrote first: read again and decide again.
                 Err(kube::Error::Api(s)) if s.code == 409 => {
-                    let pause =
-                        5.0 + (crate::credentials::jitter() * 20.0 * f64::from(attempt + 1));
+                    let pause = 5.0 + (crate::util::jitter() * 20.0 * f64::from(attempt + 1));
                     tokio::time::sleep(Duration::from_millis(pause as u64)).await;
                 }
                 Err(e) => return Err(self.err(e)),
@@ -196,12 +195,12 @@ mod tests {
             "Workers", "workers", "WORKERS", "a..b", "a.-b", "-x-", ".", "...", "A.B.", "0",
         ] {
             let n = lease_name(g);
-            assert!(crate::config::is_dns_subdomain(&n), "{g:?} -> {n:?}");
+            assert!(crate::util::names::is_dns_subdomain(&n), "{g:?} -> {n:?}");
             assert!(seen.insert(n.clone()), "{g:?} -> {n:?} shared");
-            assert!(crate::reboot::slots::valid_group(g), "{g}");
+            assert!(crate::util::names::valid_group(g), "{g}");
         }
         assert_eq!(lease_name("Workers"), lease_name("Workers"), "stable");
         let long = "x".repeat(300);
-        assert!(crate::config::is_dns_subdomain(&lease_name(&long)));
+        assert!(crate::util::names::is_dns_subdomain(&lease_name(&long)));
     }
 }

@@ -7,4 +7,3 @@ pub mod fleetlock;
 pub mod lease;
 pub mod slots;
 pub mod update_engine;
-pub mod windows;

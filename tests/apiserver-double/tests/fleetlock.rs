@@ -276,11 +276,12 @@ async fn zincati_drives_two_nodes_through_one_slot_with_drain_and_readiness() {
         "n3",
         "id3",
         Policy {
-            windows: vec![nodectl::reboot::windows::Window {
-                days: vec![later],
-                start: 0,
-                length: 60,
-            }],
+            windows: vec![nodectl::util::window::parse(&format!(
+                "{} 00:00 60m",
+                ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"]
+                    [later.to_monday_zero_offset() as usize]
+            ))
+            .unwrap()],
             ..Policy::default()
         },
     )

@@ -163,7 +163,7 @@ async fn two_hundred_nodes_reboot_through_one_group_never_more_than_three_at_onc
                     break;
                 }
                 // Zincati asks again later (every 5 minutes; scaled down here).
-                let pause = 20 + (nodectl::credentials::jitter() * 30.0) as u64;
+                let pause = 20 + (nodectl::util::jitter() * 30.0) as u64;
                 tokio::time::sleep(Duration::from_millis(pause)).await;
             }
             tokio::time::sleep(Duration::from_millis(10)).await; // the reboot

@@ -3,9 +3,19 @@
 //! midnight (`Sun 23:30 60m` ends Monday 00:30).
 
 use jiff::civil::Weekday;
+use serde::{Deserialize, Serialize};
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// A refused window or time zone: what was given and what is expected.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct WindowError(String);
+
+/// A reboot window, parsed; kept with its text (settings and status show it as written).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
 pub struct Window {
+    text: String,
+    /// The days it starts on.
     pub days: Vec<Weekday>,
     /// Minutes after local midnight.
     pub start: u32,
@@ -27,8 +37,12 @@ fn weekday(s: &str) -> Option<Weekday> {
 }
 
 /// Parses `"Sat,Sun 23:30 60m"` (days, start `HH:MM`, length in minutes).
-pub fn parse(s: &str) -> Result<Window, String> {
-    let bad = |why: &str| format!("{s:?}: {why} (expected e.g. \"Sat,Sun 23:30 60m\")");
+pub fn parse(s: &str) -> Result<Window, WindowError> {
+    let bad = |why: &str| {
+        WindowError(format!(
+            "{s:?}: {why} (expected e.g. \"Sat,Sun 23:30 60m\")"
+        ))
+    };
     let parts: Vec<&str> = s.split_whitespace().collect();
     let [days, start, length] = parts[..] else {
         return Err(bad("three fields: days, start, length"));
@@ -51,10 +65,24 @@ pub fn parse(s: &str) -> Result<Window, String> {
         .filter(|l| (1..=7 * 24 * 60).contains(l))
         .ok_or_else(|| bad("length is minutes, e.g. 60m, at most a week"))?;
     Ok(Window {
+        text: s.to_string(),
         days,
         start: h * 60 + m,
         length,
     })
+}
+
+impl TryFrom<String> for Window {
+    type Error = WindowError;
+    fn try_from(s: String) -> Result<Self, WindowError> {
+        parse(&s)
+    }
+}
+
+impl From<Window> for String {
+    fn from(w: Window) -> String {
+        w.text
+    }
 }
 
 /// Whether local time (`day`, minutes after midnight) is inside a window (pure).
@@ -72,25 +100,75 @@ pub fn open_at(windows: &[Window], day: Weekday, minute: u32) -> bool {
 }
 
 /// Whether now is inside a window in `time_zone` (`UTC`, `localtime` or an IANA name).
-pub fn open_now(windows: &[Window], time_zone: &str) -> Result<bool, String> {
+pub fn open_now(windows: &[Window], zone: &Zone) -> bool {
     if windows.is_empty() {
-        return Ok(true);
+        return true;
     }
-    let tz = zone(time_zone)?;
-    let now = jiff::Timestamp::now().to_zoned(tz);
-    Ok(open_at(
+    let now = jiff::Timestamp::now().to_zoned(zone.tz.clone());
+    open_at(
         windows,
         now.weekday(),
         now.hour() as u32 * 60 + now.minute() as u32,
-    ))
+    )
 }
 
-pub fn zone(name: &str) -> Result<jiff::tz::TimeZone, String> {
-    match name {
-        "UTC" => Ok(jiff::tz::TimeZone::UTC),
-        "localtime" => Ok(jiff::tz::TimeZone::system()),
-        n => jiff::tz::TimeZone::get(n).map_err(|e| format!("time zone {n:?}: {e}")),
+/// A time zone by name (`UTC`, `localtime` or an IANA name), resolved once.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct Zone {
+    name: String,
+    tz: jiff::tz::TimeZone,
+}
+
+impl Zone {
+    /// The UTC zone.
+    pub fn utc() -> Zone {
+        Zone {
+            name: "UTC".into(),
+            tz: jiff::tz::TimeZone::UTC,
+        }
     }
+
+    /// The name it was given.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+impl PartialEq for Zone {
+    fn eq(&self, other: &Zone) -> bool {
+        self.name == other.name
+    }
+}
+
+impl Eq for Zone {}
+
+impl TryFrom<String> for Zone {
+    type Error = WindowError;
+    fn try_from(name: String) -> Result<Self, WindowError> {
+        zone(&name)
+    }
+}
+
+impl From<Zone> for String {
+    fn from(z: Zone) -> String {
+        z.name
+    }
+}
+
+/// Resolves a time zone name: `UTC`, `localtime` (the system's) or an IANA name.
+pub fn zone(name: &str) -> Result<Zone, WindowError> {
+    let tz = match name {
+        "UTC" => jiff::tz::TimeZone::UTC,
+        "localtime" => jiff::tz::TimeZone::system(),
+        n => {
+            jiff::tz::TimeZone::get(n).map_err(|e| WindowError(format!("time zone {n:?}: {e}")))?
+        }
+    };
+    Ok(Zone {
+        name: name.into(),
+        tz,
+    })
 }
 
 #[cfg(test)]
@@ -109,7 +187,7 @@ mod tests {
             ("Sat 23:30 60", "length is minutes"),
             ("Sat 23:30 0m", "length is minutes"),
         ] {
-            let e = parse(bad).unwrap_err();
+            let e = parse(bad).unwrap_err().to_string();
             assert!(
                 e.contains(why) && e.contains("Sat,Sun 23:30 60m"),
                 "{bad}: {e}"
@@ -133,7 +211,7 @@ mod tests {
 
     #[test]
     fn no_windows_means_always_and_zones_resolve() {
-        assert_eq!(open_now(&[], "Nowhere/Zone"), Ok(true));
+        assert!(open_now(&[], &Zone::utc()));
         assert!(zone("UTC").is_ok());
         assert!(zone("Nowhere/Zone").is_err());
     }

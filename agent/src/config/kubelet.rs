@@ -1,0 +1,100 @@
+//! `[kubelet]`: the image, the runtime, the kubeconfigs, kubelet.yaml's settings and how often
+//! the node's certificate is checked with the API server.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use super::check::Check;
+use super::fragment::KubeletSection;
+use super::ConfigError;
+use crate::host::{Host, Os};
+use crate::util::names;
+
+/// The kubelet image when `kubelet.image` is not set (Typhoon's).
+pub const DEFAULT_IMAGE: &str = "quay.io/poseidon/kubelet:v1.36.1";
+/// Where provisioning places the bootstrap kubeconfig (Typhoon's path).
+pub const DEFAULT_BOOTSTRAP_KUBECONFIG: &str = "/etc/kubernetes/kubeconfig";
+/// The node kubeconfig nodectld writes for kubelet.
+pub const DEFAULT_KUBECONFIG: &str = "/var/lib/kubelet/kubeconfig";
+/// Typhoon's cluster DNS service address.
+pub const DEFAULT_CLUSTER_DNS: &str = "10.3.0.10";
+/// The cluster's DNS domain.
+pub const DEFAULT_CLUSTER_DOMAIN: &str = "cluster.local";
+/// Seconds between checks that the API server still accepts the node's certificate.
+pub const DEFAULT_CREDENTIALS_CHECK_SECS: i64 = 900;
+
+/// How kubelet's container is run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Runtime {
+    /// `podman run` (Fedora CoreOS).
+    Podman,
+    /// `docker run` (Flatcar).
+    Docker,
+}
+
+/// `[kubelet]`, validated.
+pub(crate) struct Kubelet {
+    pub(crate) image: String,
+    pub(crate) runtime: Runtime,
+    pub(crate) bootstrap_kubeconfig: PathBuf,
+    pub(crate) kubeconfig: PathBuf,
+    pub(crate) seccomp_default: bool,
+    pub(crate) credentials_check_secs: u64,
+    pub(crate) cluster_dns: IpAddr,
+    pub(crate) cluster_domain: String,
+}
+
+impl Kubelet {
+    /// Validates `[kubelet]`; the runtime defaults from the OS (docker on Flatcar).
+    pub(crate) fn with_config(
+        f: &KubeletSection,
+        c: &Check,
+        host: &Host,
+    ) -> Result<Kubelet, ConfigError> {
+        let image = f.image.clone().unwrap_or_else(|| DEFAULT_IMAGE.into());
+        if image.is_empty() || image.chars().any(|ch| ch.is_whitespace() || ch == '$') {
+            return Err(c.bad("kubelet.image", &image));
+        }
+        let runtime = match f.runtime.as_deref() {
+            Some("podman") => Runtime::Podman,
+            Some("docker") => Runtime::Docker,
+            Some(v) => return Err(c.bad("kubelet.runtime", v)),
+            None if host.os == Os::Flatcar => Runtime::Docker,
+            None => Runtime::Podman,
+        };
+        let dns = f.cluster_dns.as_deref().unwrap_or(DEFAULT_CLUSTER_DNS);
+        let cluster_domain = f
+            .cluster_domain
+            .clone()
+            .unwrap_or_else(|| DEFAULT_CLUSTER_DOMAIN.into());
+        if !names::is_dns_subdomain(&cluster_domain) {
+            return Err(c.bad("kubelet.cluster_domain", &cluster_domain));
+        }
+        Ok(Kubelet {
+            image,
+            runtime,
+            bootstrap_kubeconfig: c.path(
+                "kubelet.bootstrap_kubeconfig",
+                f.bootstrap_kubeconfig.as_ref(),
+                DEFAULT_BOOTSTRAP_KUBECONFIG,
+            )?,
+            kubeconfig: c.path(
+                "kubelet.kubeconfig",
+                f.kubeconfig.as_ref(),
+                DEFAULT_KUBECONFIG,
+            )?,
+            seccomp_default: f.seccomp_default.unwrap_or(true),
+            credentials_check_secs: c.int(
+                "kubelet.credentials_check_secs",
+                f.credentials_check_secs,
+                DEFAULT_CREDENTIALS_CHECK_SECS,
+                0,
+            )? as u64,
+            cluster_dns: dns.parse().map_err(|_| c.bad("kubelet.cluster_dns", dns))?,
+            cluster_domain,
+        })
+    }
+}

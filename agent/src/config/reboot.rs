@@ -1,0 +1,109 @@
+//! `[reboot]`: how reboots for updates are coordinated: the strategy, the FleetLock endpoint,
+//! the group's slots in a Lease, the drain, reboot windows.
+
+use std::net::SocketAddr;
+
+use serde::{Deserialize, Serialize};
+
+use super::check::Check;
+use super::fragment::RebootSection;
+use super::ConfigError;
+use crate::util::names;
+use crate::util::window::{self, Window, Zone};
+
+/// Where the FleetLock endpoint listens for Zincati.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:9455";
+/// The group update_engine's reboots take a slot of.
+pub const DEFAULT_GROUP: &str = "default";
+/// The namespace of the reboot Leases.
+pub const DEFAULT_NAMESPACE: &str = "nodectl-reboot";
+/// Concurrent reboots per group.
+pub const DEFAULT_GROUP_SLOTS: i64 = 1;
+/// Seconds a drain may take before the reboot is granted anyway.
+pub const DEFAULT_DRAIN_TIMEOUT_SECS: i64 = 600;
+/// Seconds after which a holder that did not renew its slot is reclaimed.
+pub const DEFAULT_STALE_AFTER_SECS: i64 = 3600;
+
+/// Who reboots the node for updates, and through what.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RebootStrategy {
+    /// No coordination.
+    Off,
+    /// Serve FleetLock for Zincati (Fedora CoreOS).
+    FleetLock,
+    /// Follow update_engine (Flatcar).
+    UpdateEngine,
+}
+
+/// How reboots are coordinated (FleetLock endpoint, the group's Lease, the drain).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RebootPolicy {
+    /// The FleetLock endpoint's address.
+    pub listen: SocketAddr,
+    /// The group update_engine's reboots take a slot of (Zincati names its own in requests).
+    pub group: String,
+    /// Concurrent reboots per group.
+    pub group_slots: u32,
+    /// The namespace of the reboot Leases.
+    pub namespace: String,
+    /// How long a drain may take before the reboot is granted anyway.
+    pub drain_timeout_secs: u64,
+    /// A holder that did not renew its slot for this long is reclaimed.
+    pub stale_after_secs: u64,
+    /// When new reboot slots may be taken; empty: any time.
+    pub windows: Vec<Window>,
+    /// The time zone of the windows.
+    pub time_zone: Zone,
+}
+
+impl RebootPolicy {
+    /// Validates `[reboot]`: the strategy and the policy.
+    pub(crate) fn with_config(
+        f: &RebootSection,
+        c: &Check,
+    ) -> Result<(RebootStrategy, RebootPolicy), ConfigError> {
+        let strategy = match f.strategy.as_deref().unwrap_or("off") {
+            "off" => RebootStrategy::Off,
+            "fleet-lock" => RebootStrategy::FleetLock,
+            "update-engine" => RebootStrategy::UpdateEngine,
+            v => return Err(c.bad("reboot.strategy", v)),
+        };
+        let listen = f.listen.as_deref().unwrap_or(DEFAULT_LISTEN);
+        let policy = RebootPolicy {
+            listen: listen.parse().map_err(|_| c.bad("reboot.listen", listen))?,
+            group: match f.group.as_deref() {
+                None => DEFAULT_GROUP.into(),
+                Some(g) if names::valid_group(g) => g.into(),
+                Some(g) => return Err(c.bad("reboot.group", g)),
+            },
+            group_slots: c.int("reboot.group_slots", f.group_slots, DEFAULT_GROUP_SLOTS, 1)? as u32,
+            namespace: match f.namespace.as_deref() {
+                None => DEFAULT_NAMESPACE.into(),
+                Some(n) if names::is_dns_label(n) => n.into(),
+                Some(n) => return Err(c.bad("reboot.namespace", n)),
+            },
+            drain_timeout_secs: c.int(
+                "reboot.drain_timeout_secs",
+                f.drain_timeout_secs,
+                DEFAULT_DRAIN_TIMEOUT_SECS,
+                0,
+            )? as u64,
+            stale_after_secs: c.int(
+                "reboot.stale_after_secs",
+                f.stale_after_secs,
+                DEFAULT_STALE_AFTER_SECS,
+                60,
+            )? as u64,
+            windows: f
+                .windows
+                .iter()
+                .flatten()
+                .map(|w| window::parse(w).map_err(|e| c.at("reboot.windows", e.to_string())))
+                .collect::<Result<_, _>>()?,
+            time_zone: window::zone(f.time_zone.as_deref().unwrap_or("UTC"))
+                .map_err(|e| c.at("reboot.time_zone", e.to_string()))?,
+        };
+        Ok((strategy, policy))
+    }
+}
