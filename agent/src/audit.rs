@@ -429,7 +429,7 @@ pub fn audit(
     }
 
     // The bootstrap token after the node got its own certificate.
-    let held = crate::kubelet_credentials::read(root);
+    let held = crate::credentials::read(root);
     let valid = held
         .as_ref()
         .is_some_and(|h| !h.validity.expired(std::time::SystemTime::now()));

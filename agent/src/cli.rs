@@ -7,7 +7,7 @@ use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use nodectl_units::systemd::{Client, Offline, Systemd};
 
-use crate::context::Cx;
+use crate::engine::Cx;
 use crate::dbus::Agent1Proxy;
 use crate::root::Root;
 use crate::status::{self, Daemon, HostStatus, Status};
@@ -137,7 +137,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
             // An operator asked: retry what a daemon would leave to a backoff, and see a
             // certificate request through (this process is gone after the pass).
             cx.forced = true;
-            cx.inline_wait = crate::kubelet_credentials::APPROVAL_WAIT;
+            cx.inline_wait = crate::steps::APPROVAL_WAIT;
             let report = steps::engine().apply(&cx).await;
             if json {
                 println!("{}", serde_json::to_string_pretty(&report)?);

@@ -20,7 +20,7 @@ use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::{mpsc, Mutex};
 
 use crate::config::{self, Settings};
-use crate::context::Cx;
+use crate::engine::Cx;
 use crate::dbus::{Agent, Shared, Trigger, BUS_NAME, OBJECT_PATH};
 use crate::engine::StepState;
 use crate::root::Root;

@@ -6,11 +6,8 @@
 
 pub mod accounts;
 pub mod audit;
-pub mod bootstrap;
-pub mod bundle;
 pub mod cli;
 pub mod config;
-pub mod context;
 pub mod credentials;
 pub mod csr;
 pub mod daemon;
@@ -19,7 +16,6 @@ pub mod engine;
 pub mod fsio;
 pub mod host;
 pub mod kubeconfig;
-pub mod kubelet_credentials;
 pub mod load;
 pub mod logging;
 pub mod memory;

@@ -214,7 +214,7 @@ pub struct Credentials {
 impl Credentials {
     /// The node's certificate as on disk, if any.
     pub fn read(root: &crate::root::Root) -> Option<Credentials> {
-        let h = crate::kubelet_credentials::read(root)?;
+        let h = crate::credentials::read(root)?;
         let now = std::time::SystemTime::now();
         let secs = |t: std::time::SystemTime| match t.duration_since(now) {
             Ok(d) => d.as_secs() as i64,

@@ -7,7 +7,7 @@
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
-use nodectl::context::Cx;
+use nodectl::engine::Cx;
 use nodectl::engine::{Engine, Report, StepState};
 use nodectl::root::Root;
 use nodectl_apiserver_double::{Approval, Double, Options};
@@ -53,7 +53,7 @@ impl Node {
     }
 
     /// One pass whose background work may wake the "daemon" (as nodectld's passes can).
-    async fn pass_waking(&self, forced: bool, waker: Option<nodectl::context::Waker>) -> Report {
+    async fn pass_waking(&self, forced: bool, waker: Option<nodectl::engine::Waker>) -> Report {
         let host = nodectl::load::host(&self.root).unwrap();
         let settings = nodectl::load::settings(&self.root, &host).unwrap();
         let mut cx = Cx::new(
@@ -75,12 +75,12 @@ impl Node {
             .clone()
     }
 
-    fn held(&self) -> nodectl::kubelet_credentials::Held {
-        nodectl::kubelet_credentials::read(&self.root).expect("a node certificate")
+    fn held(&self) -> nodectl::credentials::Held {
+        nodectl::credentials::read(&self.root).expect("a node certificate")
     }
 
     fn env(&self) -> String {
-        std::fs::read_to_string(self.root.path(nodectl::kubelet_credentials::KUBELET_ENV)).unwrap()
+        std::fs::read_to_string(self.root.path(nodectl::steps::KUBELET_ENV)).unwrap()
     }
 }
 
@@ -244,7 +244,7 @@ async fn a_certificate_the_server_stops_accepting_is_replaced_at_the_next_check(
         &api.bootstrap_kubeconfig(TOKEN),
     );
     let woken = std::sync::Arc::new(tokio::sync::Notify::new());
-    let waker: nodectl::context::Waker = {
+    let waker: nodectl::engine::Waker = {
         let w = woken.clone();
         std::sync::Arc::new(move || w.notify_one())
     };

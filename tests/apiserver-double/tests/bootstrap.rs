@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use common::{bootstrap, client_for, node, who_am_i, Node, TOKEN};
-use nodectl::bootstrap::BootstrapError;
+use nodectl::credentials::bootstrap::BootstrapError;
 use nodectl_apiserver_double::{Approval, Double, Options};
 
 /// Who the double says the written node kubeconfig authenticates as.

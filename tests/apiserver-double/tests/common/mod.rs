@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use nodectl::bootstrap::{Bootstrap, BootstrapError, Issued};
+use nodectl::credentials::bootstrap::{Bootstrap, BootstrapError, Issued};
 use nodectl::fsio::Writer;
 use nodectl::root::Root;
 use nodectl_selinux::{HostSelinux, Labeler, Mode};
@@ -47,7 +47,7 @@ pub async fn bootstrap(n: &Node, wait: Duration) -> Result<Issued, BootstrapErro
     let w = Writer::new(&n.root, &n.labeler);
     Bootstrap {
         writer: &w,
-        via: nodectl::bootstrap::Via::BootstrapToken,
+        via: nodectl::credentials::bootstrap::Via::BootstrapToken,
         node_name: "worker-1",
         bootstrap_kubeconfig: Path::new("/etc/kubernetes/kubeconfig"),
         kubeconfig: Path::new("/var/lib/kubelet/kubeconfig"),

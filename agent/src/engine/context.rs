@@ -4,17 +4,25 @@ use nodectl_selinux::Labeler;
 use nodectl_units::systemd::Systemd;
 
 use crate::config::Settings;
+use crate::credentials::check::Facts;
 use crate::fsio::Writer;
 use crate::host::Host;
 use crate::root::Root;
 
+/// Wakes the daemon for another pass.
 pub type Waker = std::sync::Arc<dyn Fn() + Send + Sync>;
 
+/// The context of one pass.
 pub struct Cx {
+    /// The sysroot every path goes through.
     pub root: Root,
+    /// The host's OS and SELinux state.
     pub host: Host,
+    /// The validated settings.
     pub settings: Settings,
+    /// Labels files (a no-op where SELinux is absent or under a scratch root).
     pub labeler: Labeler,
+    /// systemd over D-Bus, or the offline stand-in under a scratch root.
     pub systemd: Systemd,
     /// The pass was asked for by an operator (`nodectl converge`, SIGHUP, `nodectl apply`):
     /// steps retry now what they would otherwise leave to a backoff.
@@ -29,12 +37,16 @@ pub struct Cx {
     /// kubelet.service is ordered after it, so a kubelet start or restart is queued, not waited
     /// for (it runs as soon as this pass ends).
     pub activating: bool,
+    /// What the daemon learnt about the node's certificate between passes (a 401 from the
+    /// API server); shared across passes.
+    pub facts: std::sync::Arc<Facts>,
     /// Set by a step that waits for something to settle (a bundle still being written): the
     /// daemon runs another pass after this long even without an event.
     recheck: std::sync::Mutex<Option<std::time::Duration>>,
 }
 
 impl Cx {
+    /// A pass's context with the defaults of a one-off pass (`nodectl apply`).
     pub fn new(root: Root, host: Host, settings: Settings, systemd: Systemd) -> Self {
         let labeler = Labeler::new(root.dir(), &host.selinux);
         Cx {
@@ -48,6 +60,7 @@ impl Cx {
             inline_wait: std::time::Duration::from_secs(5),
             waker: None,
             activating: false,
+            facts: Default::default(),
             recheck: std::sync::Mutex::new(None),
         }
     }
@@ -58,10 +71,12 @@ impl Cx {
         *r = Some(r.map_or(d, |x| x.min(d)));
     }
 
+    /// The shortest recheck asked for in this pass, cleared.
     pub fn take_recheck(&self) -> Option<std::time::Duration> {
         self.recheck.lock().expect("recheck lock").take()
     }
 
+    /// The one atomic write, with this pass's labeler.
     pub fn writer(&self) -> Writer<'_> {
         Writer::new(&self.root, &self.labeler)
     }

@@ -4,7 +4,7 @@
 //! made with the node's own certificate and a fresh key. The server is always verified against
 //! the cluster CA of the kubeconfig used; there is no insecure mode.
 //!
-//! The `kubelet-credentials` step ([`crate::kubelet_credentials`]) runs this in the background.
+//! The `kubelet-credentials` step (`crate::steps`, `kubelet-credentials`) runs this in the background.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};

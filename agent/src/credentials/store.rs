@@ -1,14 +1,5 @@
-//! The node's client credentials on disk, laid out as kubelet's certificate store keeps them
-//! (client-go `util/certificate/certificate_store.go`), in `/var/lib/kubelet/pki`:
-//!
-//! - `kubelet-client.key.tmp`: the key of a request still pending (0600), kept so that a restart
-//!   reuses it, and with it the request's name;
-//! - `kubelet-client-<YYYY-MM-DD-HH-MM-SS>.pem`: certificate chain and key in one file (0600);
-//! - `kubelet-client-current.pem`: a symlink to the newest, switched atomically (a new link
-//!   renamed over the old one).
-//!
-//! Plus the certificate's validity, and when to rotate: at a jittered 70–90% of its lifetime, as
-//! kubelet's certificate manager does.
+//! The store: timestamped chain+key files, the `current` link switched atomically, the pending
+//! key kept across restarts; the certificate's validity and rotation deadline.
 
 use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
@@ -18,9 +9,7 @@ use anyhow::Context as _;
 
 use crate::fsio::{DirSpec, FileSpec, Writer};
 
-pub const CERT_DIR: &str = "/var/lib/kubelet/pki";
-pub const PENDING_KEY: &str = "kubelet-client.key.tmp";
-pub const CURRENT: &str = "kubelet-client-current.pem";
+use super::{CERT_DIR, CURRENT, PENDING_KEY};
 
 /// When a certificate is valid.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -66,17 +55,6 @@ impl Validity {
     pub fn expired(&self, now: SystemTime) -> bool {
         now >= self.not_after
     }
-}
-
-/// The node's credentials (node paths; directories include what is below them): never
-/// container-readable, kept out of the relabel step's shared trees, checked by the audit.
-pub fn paths(settings: &crate::config::Settings) -> Vec<PathBuf> {
-    vec![
-        settings.bootstrap_kubeconfig.clone(),
-        settings.kubeconfig.clone(),
-        PathBuf::from(CERT_DIR),
-        PathBuf::from("/var/lib/nodectl"),
-    ]
 }
 
 /// A credential's file spec with the private label (never container-readable; see

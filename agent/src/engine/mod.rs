@@ -10,7 +10,9 @@ use std::time::Instant;
 use futures_util::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 
-use crate::context::Cx;
+pub mod context;
+
+pub use context::{Cx, Waker};
 
 /// One change a step would make, and why.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

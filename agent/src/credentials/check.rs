@@ -1,0 +1,58 @@
+//! Whether the API server still accepts the node's certificate: a SelfSubjectReview with the
+//! node kubeconfig (every authenticated user may create one). The daemon asks on a timer and
+//! feeds the answer to the next pass ([`Facts`]).
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crate::root::Root;
+
+/// What the node learnt about its certificate outside a pass, read by the next one.
+#[derive(Debug, Default)]
+pub struct Facts {
+    revoked: AtomicBool,
+}
+
+impl Facts {
+    /// The API server answered 401 to the node's certificate: request one with the token.
+    pub fn revoked(&self) -> bool {
+        self.revoked.load(Ordering::SeqCst)
+    }
+
+    /// Records a 401 (or, `false`, a certificate issued since).
+    pub fn set_revoked(&self, revoked: bool) {
+        self.revoked.store(revoked, Ordering::SeqCst);
+    }
+}
+
+/// Why the check could not tell (the server unreachable or failing); holds no credential.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct CheckError(String);
+
+/// Whether the API server accepts the node kubeconfig's certificate: `Some(username)`, or
+/// `None` for a 401.
+pub async fn accepted(root: &Root, kubeconfig: &Path) -> Result<Option<String>, CheckError> {
+    use k8s_openapi::api::authentication::v1::SelfSubjectReview;
+    let conn = crate::kubeconfig::connect(root, kubeconfig, true)
+        .await
+        .map_err(|e| CheckError(e.to_string()))?;
+    let api: kube::Api<SelfSubjectReview> = kube::Api::all(conn.client);
+    match api
+        .create(
+            &kube::api::PostParams::default(),
+            &SelfSubjectReview::default(),
+        )
+        .await
+    {
+        Ok(r) => Ok(Some(
+            r.status
+                .and_then(|s| s.user_info)
+                .and_then(|u| u.username)
+                .unwrap_or_default(),
+        )),
+        Err(kube::Error::Api(s)) if s.code == 401 => Ok(None),
+        Err(e) => Err(CheckError(format!("{}: {e}", conn.server))),
+    }
+}
+

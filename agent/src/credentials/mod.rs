@@ -1,0 +1,42 @@
+//! The node's client credentials on disk, laid out as kubelet's certificate store keeps them
+//! (client-go `util/certificate/certificate_store.go`), in `/var/lib/kubelet/pki`:
+//!
+//! - `kubelet-client.key.tmp`: the key of a request still pending (0600), kept so that a restart
+//!   reuses it, and with it the request's name;
+//! - `kubelet-client-<YYYY-MM-DD-HH-MM-SS>.pem`: certificate chain and key in one file (0600);
+//! - `kubelet-client-current.pem`: a symlink to the newest, switched atomically (a new link
+//!   renamed over the old one).
+//!
+//! Plus the certificate's validity, and when to rotate: at a jittered 70–90% of its lifetime, as
+//! kubelet's certificate manager does.
+
+
+pub mod bootstrap;
+pub mod check;
+pub mod held;
+pub mod policy;
+pub mod store;
+
+use std::path::PathBuf;
+
+pub use held::{held, read, Held};
+pub use store::{current, pending_key, private, store, validity, Validity};
+
+/// Where kubelet's certificate store lives.
+pub const CERT_DIR: &str = "/var/lib/kubelet/pki";
+/// The key of a request still pending (kept so a restart reuses it and its request).
+pub const PENDING_KEY: &str = "kubelet-client.key.tmp";
+/// The link to the newest chain+key file.
+pub const CURRENT: &str = "kubelet-client-current.pem";
+
+/// The node's credentials (node paths; directories include what is below them): never
+/// container-readable, kept out of the relabel step's shared trees, checked by the audit.
+pub fn paths(settings: &crate::config::Settings) -> Vec<PathBuf> {
+    vec![
+        settings.bootstrap_kubeconfig.clone(),
+        settings.kubeconfig.clone(),
+        PathBuf::from(CERT_DIR),
+        PathBuf::from("/var/lib/nodectl"),
+    ]
+}
+

@@ -1,0 +1,62 @@
+//! The `bootstrap-kubeconfig` step: waits for the bootstrap kubeconfig provisioning places.
+
+
+use anyhow::Context as _;
+use futures_util::future::BoxFuture;
+use futures_util::FutureExt;
+
+use crate::engine::{Cx, Observation, Step};
+
+/// The bootstrap kubeconfig kubelet starts with; provisioning (Ignition or SSH) places it.
+pub struct BootstrapKubeconfig;
+
+impl Step for BootstrapKubeconfig {
+    fn id(&self) -> &'static str {
+        "bootstrap-kubeconfig"
+    }
+    fn description(&self) -> &'static str {
+        "the bootstrap kubeconfig kubelet needs is present"
+    }
+    fn deps(&self) -> &'static [&'static str] {
+        &["secrets"]
+    }
+    fn observe<'a>(&'a self, cx: &'a Cx) -> BoxFuture<'a, anyhow::Result<Observation>> {
+        async move {
+            let p = &cx.settings.bootstrap_kubeconfig;
+            let real = cx.root.path(p);
+            Ok(match std::fs::metadata(&real) {
+                Ok(m) if m.is_file() && m.len() > 0 => {
+                    Observation::Converged(format!("{} present", p.display()))
+                }
+                Ok(_) => Observation::Waiting(format!("{} is empty or not a file", p.display())),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    // Removed after the node got its own certificate: not needed until that
+                    // certificate expires or is refused.
+                    let held = crate::credentials::read(&cx.root);
+                    let now = std::time::SystemTime::now();
+                    match held {
+                        Some(h)
+                            if !h.validity.expired(now)
+                                && cx.root.path(&cx.settings.kubeconfig).is_file() =>
+                        {
+                            Observation::Converged(format!(
+                                "{} absent, not needed: the node holds its own certificate",
+                                p.display()
+                            ))
+                        }
+                        _ => Observation::Waiting(format!(
+                            "{} (placed by provisioning: Ignition or SSH)",
+                            p.display()
+                        )),
+                    }
+                }
+                Err(e) => return Err(e).with_context(|| real.display().to_string()),
+            })
+        }
+        .boxed()
+    }
+    fn apply<'a>(&'a self, _cx: &'a Cx) -> BoxFuture<'a, anyhow::Result<()>> {
+        async move { Ok(()) }.boxed()
+    }
+}
+

@@ -1,0 +1,97 @@
+//! A set of files and directories a step owns, diffed and written through the one atomic write.
+
+use std::path::{Path, PathBuf};
+
+use super::kubelet::MANAGED_HEADER;
+use super::relabel::Relabel;
+use crate::engine::{Change, Cx};
+use crate::fsio::{DirSpec, FileSpec};
+
+/// A set of directories and files a step owns, plus files it removes when it wrote them.
+#[derive(Default)]
+pub(crate) struct FileSet {
+    pub(crate) dirs: Vec<DirSpec>,
+    pub(crate) files: Vec<FileSpec>,
+    /// Files removed when present and carrying [`MANAGED_HEADER`] (never an operator's file).
+    pub(crate) remove_if_ours: Vec<PathBuf>,
+}
+
+impl FileSet {
+    pub(crate) fn changes(&self, cx: &Cx) -> anyhow::Result<Vec<Change>> {
+        let w = cx.writer();
+        let mut out = Vec::new();
+        for d in &self.dirs {
+            let diff = w.check_dir(d)?;
+            if !diff.is_empty() {
+                let what = if diff.missing {
+                    format!("create directory {} ({:04o})", d.path.display(), d.mode)
+                } else {
+                    format!("fix directory {}", d.path.display())
+                };
+                out.push(Change::new(what, diff.to_string()));
+            }
+        }
+        for f in &self.files {
+            let diff = w.check(f)?;
+            if !diff.is_empty() {
+                let what = if diff.missing {
+                    format!("write {} ({:04o})", f.path.display(), f.mode)
+                } else if diff.content {
+                    format!("update {}", f.path.display())
+                } else {
+                    format!("fix {}", f.path.display())
+                };
+                out.push(Change::new(what, diff.to_string()));
+            }
+        }
+        for p in &self.remove_if_ours {
+            if is_ours(&cx.root.path(p)) {
+                out.push(Change::new(
+                    format!("remove {}", p.display()),
+                    "written by nodectl and no longer wanted by the settings",
+                ));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Applies; returns the node paths of the files written or removed.
+    pub(crate) fn apply(&self, cx: &Cx) -> anyhow::Result<Vec<PathBuf>> {
+        let w = cx.writer();
+        let mut changed = Vec::new();
+        for d in &self.dirs {
+            w.ensure_dir(d)?;
+        }
+        for f in &self.files {
+            if w.write(f)? != crate::fsio::Outcome::Unchanged {
+                changed.push(f.path.clone());
+            }
+        }
+        for p in &self.remove_if_ours {
+            if is_ours(&cx.root.path(p)) {
+                w.remove(p)?;
+                changed.push(p.clone());
+            }
+        }
+        Ok(changed)
+    }
+}
+
+/// The label of a path inside a managed tree (`selinux.relabel`), so what nodectld creates there
+/// is born with the label the relabel step keeps; `None` elsewhere (the policy's default).
+pub(crate) fn managed_label(cx: &Cx, path: &Path) -> Option<nodectl_selinux::Context> {
+    cx.settings
+        .relabel
+        .iter()
+        .any(|t| path.starts_with(t))
+        .then(Relabel::label)
+}
+
+pub(crate) fn is_ours(real: &Path) -> bool {
+    std::fs::read_to_string(real).is_ok_and(|t| t.starts_with(MANAGED_HEADER))
+}
+
+pub(crate) fn summary(n: usize, what: &str) -> String {
+    format!("{n} {what} in place")
+}
+

@@ -1,0 +1,78 @@
+//! The files kubelet reads for its API credentials: the env file (`KUBELET_KUBECONFIG`) and the
+//! node kubeconfig.
+
+use std::path::Path;
+
+use super::super::fileset::{managed_label, FileSet};
+use super::super::kubelet::{KUBELET_ENV, MANAGED_HEADER};
+use crate::credentials;
+use crate::engine::Cx;
+use crate::fsio::FileSpec;
+
+pub(super) fn env_file(with_kubeconfig: Option<&Path>) -> FileSpec {
+    let value = with_kubeconfig.map_or(String::new(), |p| format!("--kubeconfig={}", p.display()));
+    FileSpec::new(
+        KUBELET_ENV,
+        format!(
+            "{}: kubelet's API credentials (empty: standalone, no node certificate yet).\nKUBELET_KUBECONFIG={value}\n",
+            MANAGED_HEADER
+        ),
+        0o644,
+    )
+}
+
+/// The node kubeconfig the current certificate calls for: server and CA from the bootstrap
+/// kubeconfig when present, else from the node kubeconfig already written.
+pub(super) fn kubeconfig_file(cx: &Cx) -> anyhow::Result<Option<FileSpec>> {
+    let s = &cx.settings;
+    let source = [&s.bootstrap_kubeconfig, &s.kubeconfig]
+        .into_iter()
+        .find(|p| cx.root.path(p).is_file());
+    let Some(source) = source else {
+        return Ok(None);
+    };
+    let text = std::fs::read_to_string(cx.root.path(source))?;
+    let kc = crate::kubeconfig::parse(&text, source)?;
+    let server = crate::kubeconfig::cluster(&kc, source)?
+        .cluster
+        .as_ref()
+        .and_then(|c| c.server.clone())
+        .ok_or_else(|| anyhow::anyhow!("{}: the cluster has no server", source.display()))?;
+    let ca = crate::kubeconfig::cluster_ca(&cx.root, source)?;
+    let current = Path::new(credentials::CERT_DIR).join(credentials::CURRENT);
+    Ok(Some(credentials::private(
+        &cx.writer(),
+        FileSpec::new(
+            &s.kubeconfig,
+            crate::csr::node_kubeconfig(&server, &ca, &current.display().to_string()),
+            0o600,
+        ),
+    )))
+}
+
+/// The files this pass should hold: with the node kubeconfig once the node holds a
+/// certificate of its own (`own`), standalone before.
+pub(super) fn files(cx: &Cx, own: bool) -> anyhow::Result<FileSet> {
+        let mut files = Vec::new();
+    let mut api = None;
+    if own {
+        if let Some(k) = kubeconfig_file(cx)? {
+            files.push(k);
+            api = Some(cx.settings.kubeconfig.as_path());
+        }
+    }
+    // Inside a managed tree (`/etc/kubernetes` by default) it carries the tree's label, or
+    // the relabel step and this one would undo each other.
+    let env = env_file(api);
+    let label = managed_label(cx, &env.path);
+    files.push(FileSpec { label, ..env });
+    Ok(FileSet {
+        files,
+        ..FileSet::default()
+    })
+}
+
+/// The bootstrap kubeconfig as it is now (a new one lifts a refusal's hold).
+pub(super) fn bootstrap_kubeconfig_bytes(cx: &Cx) -> Option<Vec<u8>> {
+    std::fs::read(cx.root.path(&cx.settings.bootstrap_kubeconfig)).ok()
+}

@@ -1,0 +1,293 @@
+//! The `kubelet-credentials` step: the node's own client certificate, requested with the
+//! bootstrap token when the node has none (or it expired, or the server refuses it), renewed
+//! with the node's certificate and a fresh key at a jittered 70-90% of its lifetime, and the
+//! node kubeconfig kubelet uses.
+//!
+//! Requests run in the background: a pass starts one, waits a moment for it (an auto-approved
+//! request finishes within the pass), and otherwise reports what it waits for; the request
+//! wakes the daemon when it ends. Failures back off: an unreachable or failing server with a
+//! capped exponential backoff with jitter; a denied or failed request for an hour, or until an
+//! operator acts (`nodectl converge`, SIGHUP, a new bootstrap kubeconfig).
+//!
+//! kubelet runs with `--kubeconfig` only (never the bootstrap kubeconfig) and without its own
+//! rotation; the flag comes from [`KUBELET_ENV`], read by kubelet.service at each start, so
+//! switching it needs no daemon-reload. On a controller, kubelet must run before the node has a
+//! certificate (the API server it asks is one of kubelet's static pods): until then the file
+//! leaves the flag out and kubelet runs standalone; once the certificate is issued, kubelet is
+//! restarted with it. It never goes back to standalone: with an expired or refused certificate
+//! kubelet keeps its kubeconfig until the new certificate comes (standalone, it would stop every
+//! pod the API server gave it).
+//!
+//! The daemon asks the API server every `kubelet.credentials_check_secs` whether it still
+//! accepts the node's certificate ([`crate::credentials::check`]) and records a refusal in the
+//! pass's [`crate::credentials::check::Facts`]; this step only reads that fact (observe does no
+//! I/O beyond reading), so a revoked certificate (or a rotated cluster CA) sends the node back to
+//! the bootstrap token within that time, not at the next renewal.
+//!
+//! `files`: what kubelet reads (env file, node kubeconfig); `request`: the request running in the
+//! background and its phase; this file: the step.
+
+mod files;
+mod request;
+
+use std::path::Path;
+use std::time::{Duration, SystemTime};
+
+use futures_util::future::BoxFuture;
+use futures_util::FutureExt;
+use nodectl_units::kubelet::KUBELET_UNIT;
+
+use super::kubelet::{kubelet_is_up, start_kubelet, RESTART_MARKER};
+use crate::config::Role;
+use crate::credentials::bootstrap::Via;
+use crate::credentials::policy::{need, Need};
+use crate::credentials::{self, Held};
+use crate::engine::{Change, Cx, Observation, Step};
+use crate::util::time::{left, rfc3339};
+use request::Phase;
+
+pub use crate::credentials::policy::APPROVAL_WAIT;
+
+/// The step; its state lives across passes (the daemon keeps one engine).
+#[derive(Default)]
+pub struct KubeletCredentials {
+    state: request::Shared,
+}
+
+/// The node holds a certificate of its own (expired or refused included): kubelet keeps its
+/// kubeconfig. Standalone, kubelet would stop every pod the API server gave it; with the old
+/// certificate it keeps them running (and static pods run either way) until the new one comes.
+fn owns(held: Option<&Held>, cx: &Cx) -> bool {
+    held.is_some_and(|h| h.subject == format!("system:node:{}", cx.settings.node_name))
+}
+
+/// The current certificate file was written at or after `t`.
+fn issued_since(cx: &Cx, t: SystemTime) -> bool {
+    let link = cx
+        .root
+        .path(Path::new(credentials::CERT_DIR).join(credentials::CURRENT));
+    std::fs::read_link(&link)
+        .ok()
+        .and_then(|target| std::fs::metadata(cx.root.path(target)).ok())
+        .and_then(|m| m.modified().ok())
+        .is_some_and(|m| m >= t)
+}
+
+fn expiry(h: &Held) -> String {
+    format!(
+        "{} valid until {}, rotation at {}",
+        h.subject,
+        rfc3339(h.validity.not_after),
+        rfc3339(h.rotate_at)
+    )
+}
+
+impl KubeletCredentials {
+    /// What to do about the certificate now, given the phase (the part of observe that decides).
+    fn assess(&self, cx: &Cx) -> (Option<Held>, Need, Phase) {
+        let held = match credentials::held(&cx.root) {
+            Ok(h) => h,
+            Err(e) => {
+                tracing::warn!("{e:#}; requesting a new certificate");
+                None
+            }
+        };
+        let phase = self.state.lock().expect("credentials state").phase.clone();
+        let need = need(
+            held.as_ref(),
+            &cx.settings.node_name,
+            cx.facts.revoked(),
+            SystemTime::now(),
+        );
+        (held, need, phase)
+    }
+
+    fn running(&self) -> bool {
+        matches!(
+            self.state.lock().expect("credentials state").phase,
+            Phase::Running { .. }
+        )
+    }
+}
+
+/// What a request under way (or a backoff) shows; asks for a pass when a backoff ends.
+fn activity(phase: &Phase, cx: &Cx) -> Option<String> {
+    match phase {
+        Phase::Running {
+            via,
+            request: Some(r),
+            since,
+        } => Some(format!(
+            "certificate request {r} ({via}) pending approval since {}",
+            rfc3339(*since)
+        )),
+        Phase::Running { via, .. } => Some(format!("requesting a certificate ({via})")),
+        Phase::Backoff {
+            attempt,
+            until,
+            reason,
+            ..
+        } if phase.holds_off(cx) => {
+            cx.recheck_in(left(*until));
+            Some(format!(
+                "{reason}; attempt {} in {} s",
+                attempt + 1,
+                left(*until).as_secs().max(1)
+            ))
+        }
+        _ => None,
+    }
+}
+
+/// A refusal that stands fails the step (with when it is asked again).
+fn refused(phase: &Phase, need: &Need, cx: &Cx) -> anyhow::Result<()> {
+    if let Phase::Refused { until, reason, .. } = phase {
+        if phase.holds_off(cx) && !matches!(need, Need::Nothing) {
+            cx.recheck_in(left(*until));
+            anyhow::bail!(
+                "{reason} (next request at {}, or after `nodectl converge`, SIGHUP or a new {})",
+                rfc3339(*until),
+                cx.settings.bootstrap_kubeconfig.display()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The observation, from what the certificate needs and what runs (pure but for rechecks).
+fn decide(
+    cx: &Cx,
+    held: Option<&Held>,
+    need: &Need,
+    activity: Option<String>,
+    mut changes: Vec<Change>,
+) -> Observation {
+    let controller = cx.settings.role == Role::Controller;
+    match (need, activity) {
+        (Need::Nothing, _) => {
+            if let Some(h) = held {
+                cx.recheck_in(left(h.rotate_at).max(Duration::from_secs(1)));
+            }
+        }
+        (Need::Rotate(_), Some(a)) if changes.is_empty() => {
+            let h = held.expect("a rotation has a certificate");
+            return Observation::Converged(format!("{}; renewing: {a}", expiry(h)));
+        }
+        (Need::Rotate(_), Some(_)) => {}
+        (Need::Rotate(_), None) if issued_since(cx, cx.started) => {
+            // Issued in this very pass (a short-lived certificate): renew in the next.
+            cx.recheck_in(Duration::from_secs(1));
+            let h = held.expect("a rotation has a certificate");
+            return Observation::Converged(format!("{}; renewal due, in the next pass", expiry(h)));
+        }
+        (Need::Rotate(why), None) => changes.push(Change::new(
+            "renew the node's certificate with a fresh key",
+            why,
+        )),
+        // A controller's kubelet runs standalone meanwhile (its static pods serve the API
+        // this request goes to).
+        (Need::Bootstrap(_), Some(a)) if controller && changes.is_empty() => {
+            return Observation::Converged(format!(
+                "kubelet standalone until the node's certificate is issued; {a}"
+            ));
+        }
+        (Need::Bootstrap(_), Some(a)) if changes.is_empty() => return Observation::Waiting(a),
+        (Need::Bootstrap(_), Some(_)) => {}
+        (Need::Bootstrap(why), None) => changes.push(Change::new(
+            "request the node's client certificate with the bootstrap token",
+            why,
+        )),
+    }
+    if changes.is_empty() {
+        Observation::Converged(held.map(expiry).unwrap_or_default())
+    } else {
+        Observation::Changes(changes)
+    }
+}
+
+impl Step for KubeletCredentials {
+    fn id(&self) -> &'static str {
+        "kubelet-credentials"
+    }
+    fn description(&self) -> &'static str {
+        "the node's own client certificate (TLS bootstrap, rotation) and kubelet's kubeconfig"
+    }
+    fn deps(&self) -> &'static [&'static str] {
+        &["bootstrap-kubeconfig"]
+    }
+    fn observe<'a>(&'a self, cx: &'a Cx) -> BoxFuture<'a, anyhow::Result<Observation>> {
+        async move {
+            let (held, need, phase) = self.assess(cx);
+            let changes = files::files(cx, owns(held.as_ref(), cx))?.changes(cx)?;
+            let activity = activity(&phase, cx);
+            refused(&phase, &need, cx)?;
+            Ok(decide(cx, held.as_ref(), &need, activity, changes))
+        }
+        .boxed()
+    }
+    fn apply<'a>(&'a self, cx: &'a Cx) -> BoxFuture<'a, anyhow::Result<()>> {
+        async move {
+            let (_, need, phase) = self.assess(cx);
+            let waiting = phase.holds_off(cx);
+            let via = match need {
+                Need::Nothing => None,
+                Need::Rotate(_) => Some(Via::NodeCertificate),
+                Need::Bootstrap(_) => Some(Via::BootstrapToken),
+            };
+            if let (Some(via), false) = (via, waiting && !self.running()) {
+                let mut done = request::start(&self.state, cx, via);
+                // An auto-approved request ends within the pass; a longer one continues in the
+                // background and wakes the daemon when it ends.
+                let _ = tokio::time::timeout(cx.inline_wait, done.wait_for(|d| *d)).await;
+            }
+            self.write_files(cx).await
+        }
+        .boxed()
+    }
+}
+
+impl KubeletCredentials {
+    /// The files for whatever the node holds now; kubelet restarted when their content changed
+    /// (it reads them at start; a mode or label fix does not restart it).
+    async fn write_files(&self, cx: &Cx) -> anyhow::Result<()> {
+        let (held, _, _) = self.assess(cx);
+        let set = files::files(cx, owns(held.as_ref(), cx))?;
+        let w = cx.writer();
+        let mut changed = false;
+        for f in &set.files {
+            let d = w.check(f)?;
+            changed |= d.missing || d.content;
+        }
+        set.apply(cx)?;
+        let marker = cx.root.path(RESTART_MARKER);
+        if changed || marker.exists() {
+            let st = cx.systemd.state(KUBELET_UNIT).await?;
+            if kubelet_is_up(&st.active) {
+                tracing::info!(
+                    unit = KUBELET_UNIT,
+                    "restarting on the node's new credentials"
+                );
+                start_kubelet(cx, true).await?;
+            }
+            if marker.exists() && !self.running() {
+                cx.writer().remove(Path::new(RESTART_MARKER))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::files::env_file;
+    use std::path::Path;
+
+    #[test]
+    fn the_env_file_switches_kubelet_between_standalone_and_the_api() {
+        let s = String::from_utf8(env_file(None).content).unwrap();
+        assert!(s.ends_with("KUBELET_KUBECONFIG=\n"), "{s}");
+        let s = String::from_utf8(env_file(Some(Path::new("/var/lib/kubelet/kubeconfig"))).content)
+            .unwrap();
+        assert!(s.ends_with("KUBELET_KUBECONFIG=--kubeconfig=/var/lib/kubelet/kubeconfig\n"));
+    }
+}

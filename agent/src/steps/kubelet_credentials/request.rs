@@ -1,0 +1,223 @@
+//! The certificate request running in the background of the daemon, and the phase it leaves
+//! behind (running, backing off after an unreachable server, refused by the cluster).
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use super::super::kubelet::RESTART_MARKER;
+use crate::config::Settings;
+use crate::credentials::bootstrap::{Bootstrap, BootstrapError, Issued, Via};
+use crate::credentials::check::Facts;
+use crate::credentials::policy::{backoff, APPROVAL_WAIT, REFUSED_BACKOFF};
+use crate::engine::{Cx, Waker};
+use crate::fsio::{FileSpec, Writer};
+use crate::root::Root;
+use crate::util::time::{left, rfc3339};
+
+/// Where the node's certificate request stands.
+#[derive(Clone, Debug, Default)]
+pub(super) enum Phase {
+    #[default]
+    Idle,
+    Running {
+        via: Via,
+        request: Option<String>,
+        since: SystemTime,
+    },
+    /// The server was unreachable or failed; retry at `until`.
+    Backoff {
+        attempt: u32,
+        since: SystemTime,
+        until: SystemTime,
+        reason: String,
+    },
+    /// Denied or failed by the cluster; retry at `until` or when the operator acts.
+    Refused {
+        since: SystemTime,
+        until: SystemTime,
+        reason: String,
+        bootstrap_kubeconfig: Option<Vec<u8>>,
+    },
+}
+
+/// The step's state across passes.
+#[derive(Default)]
+pub(super) struct State {
+    pub(super) phase: Phase,
+    /// Counts failed attempts in a row (backoff).
+    failures: u32,
+    done: Option<tokio::sync::watch::Receiver<bool>>,
+}
+
+pub(super) type Shared = Arc<Mutex<State>>;
+
+fn lock(state: &Shared) -> std::sync::MutexGuard<'_, State> {
+    state.lock().expect("credentials state")
+}
+
+impl Phase {
+    /// No new request now: one runs, a backoff has time left, or a refusal stands (no operator
+    /// action, no new bootstrap kubeconfig, its hour not over).
+    pub(super) fn holds_off(&self, cx: &Cx) -> bool {
+        match self {
+            Phase::Running { .. } => true,
+            Phase::Backoff { since, until, .. } => {
+                !overridden(cx, *since) && left(*until) > Duration::ZERO
+            }
+            Phase::Refused {
+                since,
+                until,
+                bootstrap_kubeconfig,
+                ..
+            } => {
+                !overridden(cx, *since)
+                    && left(*until) > Duration::ZERO
+                    && *bootstrap_kubeconfig == super::files::bootstrap_kubeconfig_bytes(cx)
+            }
+            Phase::Idle => false,
+        }
+    }
+}
+
+/// An operator's pass overrides a backoff set before it began (not one its own attempt set).
+fn overridden(cx: &Cx, since: SystemTime) -> bool {
+    cx.forced && since < cx.started
+}
+
+/// What the background request needs from the pass that started it.
+struct Job {
+    state: Shared,
+    root: Root,
+    selinux: nodectl_selinux::HostSelinux,
+    settings: Settings,
+    facts: Arc<Facts>,
+    waker: Option<Waker>,
+    bootstrap_kubeconfig: Option<Vec<u8>>,
+}
+
+/// Starts a request in the background unless one runs; returns a receiver that turns true when
+/// it ends.
+pub(super) fn start(state: &Shared, cx: &Cx, via: Via) -> tokio::sync::watch::Receiver<bool> {
+    let mut st = lock(state);
+    if let (Phase::Running { .. }, Some(rx)) = (&st.phase, &st.done) {
+        return rx.clone();
+    }
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    st.phase = Phase::Running {
+        via,
+        request: None,
+        since: SystemTime::now(),
+    };
+    st.done = Some(rx.clone());
+    drop(st);
+    let job = Job {
+        state: state.clone(),
+        root: cx.root.clone(),
+        selinux: cx.host.selinux.clone(),
+        settings: cx.settings.clone(),
+        facts: cx.facts.clone(),
+        waker: cx.waker.clone(),
+        bootstrap_kubeconfig: super::files::bootstrap_kubeconfig_bytes(cx),
+    };
+    tracing::info!(via = %via, node = %job.settings.node_name, "requesting a node client certificate");
+    tokio::spawn(async move {
+        let result = job.run(via).await;
+        job.record(result);
+        crate::memory::release_freed();
+        let _ = tx.send(true);
+        if let Some(w) = job.waker {
+            w();
+        }
+    });
+    rx
+}
+
+impl Job {
+    /// The request; a 401 to the node's certificate falls back to the bootstrap token.
+    async fn run(&self, via: Via) -> Result<Issued, BootstrapError> {
+        let labeler = nodectl_selinux::Labeler::new(self.root.dir(), &self.selinux);
+        let writer = Writer::new(&self.root, &labeler);
+        let on_request = |name: &str| {
+            tracing::info!(request = name, "waiting for approval and issuance");
+            if let Phase::Running { request, .. } = &mut lock(&self.state).phase {
+                *request = Some(name.to_string());
+            }
+        };
+        // kubelet reads its credentials at start: restart it on the new ones. The marker is
+        // written once the certificate is issued, before it is stored, so a crash before the
+        // restart still restarts kubelet on the next pass.
+        let on_issued = || {
+            if let Err(e) = writer.write(&FileSpec::new(RESTART_MARKER, "", 0o600)) {
+                tracing::warn!("recording the pending kubelet restart: {e}");
+            }
+        };
+        let s = &self.settings;
+        let request = |via| Bootstrap {
+            writer: &writer,
+            via,
+            node_name: &s.node_name,
+            bootstrap_kubeconfig: &s.bootstrap_kubeconfig,
+            kubeconfig: &s.kubeconfig,
+            wait: APPROVAL_WAIT,
+            on_request: Some(&on_request),
+            on_issued: Some(&on_issued),
+        };
+        let result = request(via).run().await;
+        if let (Via::NodeCertificate, Err(BootstrapError::Unauthorized { .. })) = (via, &result) {
+            tracing::warn!(
+                "the API server refused the node's certificate (401); requesting one with the bootstrap token"
+            );
+            self.facts.set_revoked(true);
+            return request(Via::BootstrapToken).run().await;
+        }
+        result
+    }
+
+    /// The phase a request's end leaves: idle, refused for an hour, or a backoff.
+    fn record(&self, result: Result<Issued, BootstrapError>) {
+        let mut st = lock(&self.state);
+        let now = SystemTime::now();
+        st.phase = match result {
+            Ok(issued) => {
+                tracing::info!(
+                    request = %issued.request,
+                    not_after = %rfc3339(issued.validity.not_after),
+                    "node client certificate issued and written"
+                );
+                st.failures = 0;
+                self.facts.set_revoked(false);
+                Phase::Idle
+            }
+            Err(e @ (BootstrapError::Denied { .. } | BootstrapError::Failed { .. })) => {
+                let reason = e.to_string();
+                tracing::error!(
+                    "{reason}; not asking again before {} unless an operator acts (nodectl converge)",
+                    rfc3339(now + REFUSED_BACKOFF)
+                );
+                Phase::Refused {
+                    since: now,
+                    until: now + REFUSED_BACKOFF,
+                    reason,
+                    bootstrap_kubeconfig: self.bootstrap_kubeconfig.clone(),
+                }
+            }
+            Err(e) => {
+                st.failures += 1;
+                let delay = backoff(st.failures, crate::util::jitter());
+                let reason = e.to_string();
+                tracing::warn!(
+                    attempt = st.failures,
+                    retry_in_s = delay.as_secs_f64(),
+                    "{reason}; retrying in {:.0} s",
+                    delay.as_secs_f64()
+                );
+                Phase::Backoff {
+                    attempt: st.failures,
+                    since: now,
+                    until: now + delay,
+                    reason,
+                }
+            }
+        };
+    }
+}

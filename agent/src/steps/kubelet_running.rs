@@ -1,0 +1,59 @@
+//! The `kubelet-running` step: kubelet.service started once everything it needs is in place.
+
+
+use futures_util::future::BoxFuture;
+use futures_util::FutureExt;
+use nodectl_units::kubelet::{self};
+
+use super::kubelet::*;
+use crate::engine::{Change, Cx, Observation, Step};
+
+/// kubelet is started once everything it needs is in place.
+pub struct KubeletRunning;
+
+impl Step for KubeletRunning {
+    fn id(&self) -> &'static str {
+        "kubelet-running"
+    }
+    fn description(&self) -> &'static str {
+        "kubelet.service is started (after its files, unit and credentials)"
+    }
+    fn deps(&self) -> &'static [&'static str] {
+        &[
+            "node-files",
+            "kubelet-unit",
+            "secrets",
+            "relabel",
+            "bootstrap-kubeconfig",
+            "kubelet-ca",
+            "kubelet-credentials",
+        ]
+    }
+    fn observe<'a>(&'a self, cx: &'a Cx) -> BoxFuture<'a, anyhow::Result<Observation>> {
+        async move {
+            let st = cx.systemd.state(kubelet::KUBELET_UNIT).await?;
+            Ok(if kubelet_is_up(&st.active) {
+                Observation::Converged(format!("kubelet.service {} ({})", st.active, st.sub))
+            } else if st.job != 0 {
+                Observation::Converged(format!(
+                    "kubelet.service {} ({}), a job queued for it (it runs once nodectld is ready)",
+                    st.active, st.sub
+                ))
+            } else {
+                Observation::Changes(vec![Change::new(
+                    "start kubelet.service",
+                    format!("it is {} ({})", st.active, st.sub),
+                )])
+            })
+        }
+        .boxed()
+    }
+    fn apply<'a>(&'a self, cx: &'a Cx) -> BoxFuture<'a, anyhow::Result<()>> {
+        async move {
+            start_kubelet(cx, false).await?;
+            Ok(())
+        }
+        .boxed()
+    }
+}
+

@@ -1,0 +1,158 @@
+//! The `kubelet-unit` step: kubelet.service and nodectld's image drop-in, enabled; one reload
+//! when a unit file changed; a restart when kubelet's definition changed while it runs.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
+use futures_util::future::BoxFuture;
+use futures_util::FutureExt;
+use nodectl_units::kubelet::{self, KubeletSpec};
+
+use super::fileset::FileSet;
+use super::kubelet::*;
+use crate::config::{Role, Runtime};
+use crate::engine::{Change, Cx, Observation, Step};
+use crate::fsio::{DirSpec, FileSpec};
+
+/// kubelet.service and the agent's image drop-in, enabled; systemd reloaded only when a unit
+/// file changed, kubelet restarted only when its definition changed while it runs.
+pub struct KubeletUnit;
+
+impl KubeletUnit {
+    pub fn spec(cx: &Cx) -> KubeletSpec {
+        let s = &cx.settings;
+        KubeletSpec {
+            runtime: match s.runtime {
+                Runtime::Podman => kubelet::Runtime::Podman,
+                Runtime::Docker => kubelet::Runtime::Docker,
+            },
+            role: match s.role {
+                Role::Controller => kubelet::Role::Controller,
+                Role::Worker => kubelet::Role::Worker,
+            },
+            labels: s.labels.clone(),
+            taints: s.taints.iter().map(|t| t.0.clone()).collect(),
+            env_file: KUBELET_ENV.into(),
+            config: "/etc/kubernetes/kubelet.yaml".into(),
+            // As Typhoon: relabel options where SELinux enforces (FCOS), none where it is only
+            // permissive (Flatcar) or absent.
+            selinux: cx.host.selinux.mode == nodectl_selinux::Mode::Enforcing,
+        }
+    }
+
+    fn set(cx: &Cx) -> FileSet {
+        let dir = PathBuf::from(SYSTEMD_DIR);
+        FileSet {
+            dirs: vec![DirSpec::new(dir.join("kubelet.service.d"), 0o755)],
+            files: vec![
+                FileSpec::new(
+                    dir.join(kubelet::KUBELET_UNIT),
+                    Self::spec(cx).unit(),
+                    0o644,
+                ),
+                FileSpec::new(
+                    dir.join("kubelet.service.d").join(kubelet::IMAGE_DROPIN),
+                    KubeletSpec::image_dropin(&cx.settings.kubelet_image),
+                    0o644,
+                ),
+            ],
+            remove_if_ours: Vec::new(),
+        }
+    }
+}
+
+impl Step for KubeletUnit {
+    fn id(&self) -> &'static str {
+        "kubelet-unit"
+    }
+    fn description(&self) -> &'static str {
+        "kubelet.service and its image drop-in, enabled"
+    }
+    fn deps(&self) -> &'static [&'static str] {
+        &[]
+    }
+    fn observe<'a>(&'a self, cx: &'a Cx) -> BoxFuture<'a, anyhow::Result<Observation>> {
+        async move {
+            let mut changes = Self::set(cx).changes(cx)?;
+            let state = cx.systemd.state(kubelet::KUBELET_UNIT).await?;
+            let marker = cx.root.path(RESTART_MARKER).exists();
+            if !changes.is_empty() || marker {
+                changes.push(Change::new(
+                    "reload systemd",
+                    "kubelet's unit files changed",
+                ));
+                if kubelet_is_up(&state.active) {
+                    changes.push(Change::new(
+                        "restart kubelet.service",
+                        "its definition changed while it runs",
+                    ));
+                }
+            }
+            if state.unit_file != "enabled" {
+                changes.push(Change::new(
+                    "enable kubelet.service",
+                    format!(
+                        "unit file state is {}",
+                        if state.unit_file.is_empty() {
+                            "unknown"
+                        } else {
+                            &state.unit_file
+                        }
+                    ),
+                ));
+            }
+            Ok(if changes.is_empty() {
+                Observation::Converged(format!(
+                    "kubelet.service enabled, image {}",
+                    cx.settings.kubelet_image
+                ))
+            } else {
+                Observation::Changes(changes)
+            })
+        }
+        .boxed()
+    }
+    fn apply<'a>(&'a self, cx: &'a Cx) -> BoxFuture<'a, anyhow::Result<()>> {
+        async move {
+            let set = Self::set(cx);
+            let marker = cx.root.path(RESTART_MARKER);
+            // One read decides everything below: writing files and reloading neither stop
+            // kubelet nor disable its unit file.
+            let before = cx.systemd.state(kubelet::KUBELET_UNIT).await?;
+            let was_up = kubelet_is_up(&before.active);
+            let pending = !set.changes(cx)?.is_empty();
+            if pending && was_up {
+                cx.writer()
+                    .write(&FileSpec::new(RESTART_MARKER, "", 0o600))
+                    .context("recording the pending kubelet restart")?;
+            }
+            let changed = !set.apply(cx)?.is_empty();
+            // EnableUnitFiles reads unit files from disk: enable first, then one reload covers
+            // both the new files and the new symlinks.
+            let enable = before.unit_file != "enabled";
+            if enable {
+                cx.systemd
+                    .enable(&[kubelet::KUBELET_UNIT.to_string()])
+                    .await?;
+            }
+            if changed || enable || marker.exists() {
+                cx.systemd.reload().await?;
+            }
+            if marker.exists() {
+                // Restart only a running kubelet: a stopped one is started by kubelet-running,
+                // after everything it depends on.
+                if was_up {
+                    tracing::info!(
+                        unit = kubelet::KUBELET_UNIT,
+                        "restarting: definition changed"
+                    );
+                    start_kubelet(cx, true).await?;
+                }
+                cx.writer().remove(Path::new(RESTART_MARKER))?;
+            }
+            Ok(())
+        }
+        .boxed()
+    }
+}
+

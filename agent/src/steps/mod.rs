@@ -1,0 +1,103 @@
+//! The steps that bring a node up, and their dependencies:
+//!
+//! ```text
+//! node-files ──────────────────────────────┐
+//! kubelet-unit ────────────────────────────┤
+//! secrets ──> relabel ─────────────────────┤
+//! secrets ──> bootstrap-kubeconfig ──> kubelet-ca ───────────┼──> kubelet-running
+//!             bootstrap-kubeconfig ──> kubelet-credentials ──┘
+//! ```
+
+//!
+//! One file per step; what steps share is in `fileset` (files a step owns) and `kubelet`
+//! (kubelet's paths, starting it). Adding a step: a new file with a type implementing
+//! [`Step`], one line in [`engine`] (and in the dependency test below).
+
+mod bootstrap_kubeconfig;
+mod bundle;
+mod fileset;
+mod kubelet;
+mod kubelet_ca;
+mod kubelet_credentials;
+mod kubelet_running;
+mod kubelet_unit;
+mod node_files;
+mod relabel;
+mod secrets;
+
+pub use bootstrap_kubeconfig::BootstrapKubeconfig;
+pub use kubelet::{KUBELET_CA, KUBELET_ENV, KUBELET_YAML, MANAGED_HEADER, RESTART_MARKER, SYSTEMD_DIR};
+pub use kubelet_ca::KubeletCa;
+pub use kubelet_credentials::{KubeletCredentials, APPROVAL_WAIT};
+pub use kubelet_running::KubeletRunning;
+pub use kubelet_unit::KubeletUnit;
+pub use node_files::NodeFiles;
+pub use relabel::Relabel;
+pub use secrets::{Secrets, BUNDLE_SETTLE};
+
+use crate::engine::Engine;
+
+/// The steps of a node, in an engine.
+pub fn engine() -> Engine {
+    Engine::new(vec![
+        Box::new(NodeFiles),
+        Box::new(KubeletUnit),
+        Box::new(Secrets),
+        Box::new(Relabel::default()),
+        Box::new(BootstrapKubeconfig),
+        Box::new(KubeletCa),
+        Box::new(KubeletCredentials::default()),
+        Box::new(KubeletRunning),
+    ])
+    .expect("the built-in step graph is acyclic")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::Step;
+
+    /// kubelet must never start before anything else the node needs: every other step is a
+    /// (transitive) dependency of kubelet-running.
+    #[test]
+    fn kubelet_running_depends_on_every_other_step() {
+        let steps: Vec<Box<dyn Step>> = vec![
+            Box::new(NodeFiles),
+            Box::new(KubeletUnit),
+            Box::new(Secrets),
+            Box::new(Relabel::default()),
+            Box::new(BootstrapKubeconfig),
+            Box::new(KubeletCa),
+            Box::new(KubeletCredentials::default()),
+            Box::new(KubeletRunning),
+        ];
+        assert_eq!(
+            engine().step_ids().len(),
+            steps.len(),
+            "a step was added to engine() but not to this test"
+        );
+        let deps = |id: &str| -> Vec<&'static str> {
+            steps
+                .iter()
+                .find(|s| s.id() == id)
+                .map(|s| s.deps().to_vec())
+                .unwrap_or_default()
+        };
+        let mut reach = std::collections::BTreeSet::new();
+        let mut todo = deps("kubelet-running");
+        while let Some(d) = todo.pop() {
+            if reach.insert(d) {
+                todo.extend(deps(d));
+            }
+        }
+        for s in &steps {
+            if s.id() != "kubelet-running" {
+                assert!(
+                    reach.contains(s.id()),
+                    "kubelet-running does not wait for {}",
+                    s.id()
+                );
+            }
+        }
+    }
+}

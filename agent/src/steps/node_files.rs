@@ -1,0 +1,137 @@
+//! The `node-files` step: kernel modules, sysctls, logind's inhibitor delay, kubelet.yaml,
+//! kubelet's directories and the flannel `.link` file.
+
+use std::path::{Path, PathBuf};
+
+use futures_util::future::BoxFuture;
+use futures_util::FutureExt;
+use nodectl_units::kubelet::{self};
+
+use super::fileset::{managed_label, summary, FileSet};
+use super::kubelet::*;
+use crate::config::Network;
+use crate::engine::{Change, Cx, Observation, Step};
+use crate::fsio::{DirSpec, FileSpec};
+use crate::host::Os;
+
+/// Files systemd applies only at boot, and the oneshot service that applies them now.
+const APPLIED_BY: [(&str, &str); 2] = [
+    ("/etc/modules-load.d", "systemd-modules-load.service"),
+    ("/etc/sysctl.d", "systemd-sysctl.service"),
+];
+
+/// Host files kubelet and the CNI depend on: kernel modules, sysctls, logind's inhibitor delay
+/// for graceful node shutdown, the directories kubelet mounts, and on FCOS with flannel the
+/// `.link` file that keeps udev from replacing flannel's MAC.
+pub struct NodeFiles;
+
+impl NodeFiles {
+    fn set(cx: &Cx) -> FileSet {
+        let s = &cx.settings;
+        let mut sysctl = format!("{MANAGED_HEADER}\nfs.inotify.max_user_watches=16184\n");
+        if cx.host.os == Os::FedoraCoreos {
+            sysctl.push_str("net.ipv4.conf.default.rp_filter=0\nnet.ipv4.conf.*.rp_filter=0\n");
+        }
+        let mut files = vec![
+            FileSpec::new(
+                "/etc/modules-load.d/nodectl.conf",
+                format!("{MANAGED_HEADER}\nbr_netfilter\nnf_conntrack\n"),
+                0o644,
+            ),
+            FileSpec::new("/etc/sysctl.d/50-nodectl.conf", sysctl, 0o644),
+            FileSpec::new(
+                "/etc/systemd/logind.conf.d/50-nodectl-inhibitors.conf",
+                format!("{MANAGED_HEADER}: graceful node shutdown (kubelet shutdownGracePeriod 45s)\n[Login]\nInhibitDelayMaxSec=45s\n"),
+                0o644,
+            ),
+        ];
+        let kubelet_yaml = kubelet::KubeletConfig {
+            cluster_dns: s.cluster_dns.to_string(),
+            cluster_domain: s.cluster_domain.clone(),
+            seccomp_default: s.seccomp_default,
+            client_ca_file: KUBELET_CA.into(),
+        };
+        files.push(FileSpec {
+            label: managed_label(cx, Path::new(KUBELET_YAML)),
+            ..FileSpec::new(KUBELET_YAML, kubelet_yaml.render(), 0o644)
+        });
+        let link = PathBuf::from("/etc/systemd/network").join(kubelet::FLANNEL_LINK);
+        let mut remove_if_ours = Vec::new();
+        // udev's default MACAddressPolicy=persistent would replace flannel.1's MAC on FCOS and on
+        // other systemd hosts; Flatcar ships its own link file for flannel.
+        if s.network == Network::Flannel && cx.host.os != Os::Flatcar {
+            files.push(FileSpec::new(&link, kubelet::flannel_link(), 0o644));
+        } else {
+            remove_if_ours.push(link);
+        }
+        let dirs = [
+            ("/etc/kubernetes", 0o755),
+            ("/etc/kubernetes/manifests", 0o755),
+            ("/etc/cni/net.d", 0o755),
+            ("/opt/cni/bin", 0o755),
+            ("/var/lib/kubelet", 0o700),
+            ("/var/lib/kubelet/volumeplugins", 0o755),
+            // kubelet's container mounts it; podman refuses a missing host path.
+            ("/var/lib/containerd", 0o711),
+        ]
+        .into_iter()
+        .map(|(p, m)| DirSpec {
+            label: managed_label(cx, Path::new(p)),
+            ..DirSpec::new(p, m)
+        })
+        .collect();
+        FileSet {
+            dirs,
+            files,
+            remove_if_ours,
+        }
+    }
+}
+
+impl Step for NodeFiles {
+    fn id(&self) -> &'static str {
+        "node-files"
+    }
+    fn description(&self) -> &'static str {
+        "kernel modules, sysctls, logind inhibitor delay, kubelet directories, flannel link"
+    }
+    fn deps(&self) -> &'static [&'static str] {
+        &[]
+    }
+    fn observe<'a>(&'a self, cx: &'a Cx) -> BoxFuture<'a, anyhow::Result<Observation>> {
+        async move {
+            let set = Self::set(cx);
+            let mut changes = set.changes(cx)?;
+            for (dir, unit) in APPLIED_BY {
+                if changes.iter().any(|c| c.what.contains(dir)) {
+                    changes.push(Change::new(
+                        format!("restart {unit}"),
+                        format!("so the new {dir} file takes effect now, not at the next boot"),
+                    ));
+                }
+            }
+            Ok(if changes.is_empty() {
+                Observation::Converged(summary(
+                    set.files.len() + set.dirs.len(),
+                    "files and directories",
+                ))
+            } else {
+                Observation::Changes(changes)
+            })
+        }
+        .boxed()
+    }
+    fn apply<'a>(&'a self, cx: &'a Cx) -> BoxFuture<'a, anyhow::Result<()>> {
+        async move {
+            let changed = Self::set(cx).apply(cx)?;
+            for (dir, unit) in APPLIED_BY {
+                if changed.iter().any(|p| p.starts_with(dir)) {
+                    cx.systemd.restart(unit).await?;
+                }
+            }
+            Ok(())
+        }
+        .boxed()
+    }
+}
+

@@ -1,0 +1,201 @@
+//! The `relabel` step: the managed trees kept at the shared container label, credentials kept
+//! at their private one.
+
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use futures_util::future::BoxFuture;
+use futures_util::FutureExt;
+
+use crate::engine::{Change, Cx, Observation, Step};
+
+/// Keeps the managed trees (`selinux.relabel`) at their label: shared `container_file_t:s0`.
+/// One tracker per tree lives as long as the step (the daemon's life): after a first full scan,
+/// a check reads only entries that changed since (inotify), so a pass with nothing changed costs
+/// no label reads at all.
+#[derive(Default)]
+pub struct Relabel {
+    trackers:
+        std::sync::Mutex<std::collections::HashMap<PathBuf, nodectl_selinux::relabel::Tracker>>,
+}
+
+impl Relabel {
+    pub fn label() -> nodectl_selinux::Context {
+        nodectl_selinux::Context::shared_container_file()
+    }
+
+    /// Private files that carry a container-readable label now, with the label they should
+    /// have (the policy default): (real path, current, wanted).
+    fn private_fixes(
+        cx: &Cx,
+    ) -> Vec<(PathBuf, nodectl_selinux::Context, nodectl_selinux::Context)> {
+        let mut out = Vec::new();
+        for p in crate::credentials::paths(&cx.settings) {
+            let real = cx.root.path(&p);
+            let mut paths = vec![(p.clone(), real.clone())];
+            if let Ok(rd) = std::fs::read_dir(&real) {
+                for e in rd.flatten() {
+                    paths.push((p.join(e.file_name()), e.path()));
+                }
+            }
+            for (node, real) in paths {
+                let Ok(Some(cur)) = cx.labeler.get(&real) else {
+                    continue;
+                };
+                if !cur.to_string().contains(":container_file_t:") {
+                    continue;
+                }
+                let Ok(meta) = std::fs::symlink_metadata(&real) else {
+                    continue;
+                };
+                use std::os::unix::fs::MetadataExt;
+                if let Some(want) = cx.labeler.private_for(&node, meta.mode()) {
+                    if want != cur {
+                        out.push((real, cur, want));
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    fn run(
+        &self,
+        cx: &Cx,
+        dry_run: bool,
+    ) -> anyhow::Result<Vec<(PathBuf, nodectl_selinux::relabel::Report)>> {
+        let mut trackers = self.trackers.lock().expect("relabel trackers");
+        trackers.retain(|t, _| cx.settings.relabel.iter().any(|x| cx.root.path(x) == *t));
+        let mut out = Vec::new();
+        let private: Vec<PathBuf> = crate::credentials::paths(&cx.settings)
+            .iter()
+            .map(|p| cx.root.path(p))
+            .collect();
+        for tree in &cx.settings.relabel {
+            let real = cx.root.path(tree);
+            if !real.exists() {
+                continue;
+            }
+            let exclude: Vec<PathBuf> = private
+                .iter()
+                .filter(|p| p.starts_with(&real))
+                .cloned()
+                .collect();
+            if trackers
+                .get(&real)
+                .is_some_and(|t| t.exclude() != exclude.as_slice())
+            {
+                trackers.remove(&real);
+            }
+            let tracker = match trackers.entry(real.clone()) {
+                std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                std::collections::hash_map::Entry::Vacant(e) => e.insert(
+                    nodectl_selinux::relabel::Tracker::new(&real, &Self::label())
+                        .with_context(|| format!("watching {}", real.display()))?
+                        .with_exclude(exclude),
+                ),
+            };
+            out.push((tree.clone(), tracker.check(&cx.labeler, dry_run)));
+        }
+        Ok(out)
+    }
+}
+
+fn relabel_errors(
+    reports: &[(PathBuf, nodectl_selinux::relabel::Report)],
+) -> Option<anyhow::Error> {
+    let errors: Vec<String> = reports
+        .iter()
+        .flat_map(|(_, r)| r.errors.iter())
+        .map(|e| format!("{}: {}", e.path.display(), e.error))
+        .collect();
+    (!errors.is_empty()).then(|| {
+        let shown: Vec<&str> = errors.iter().take(5).map(String::as_str).collect();
+        anyhow::anyhow!(
+            "{} path(s) could not be relabeled: {}{}",
+            errors.len(),
+            shown.join("; "),
+            if errors.len() > 5 { "; ..." } else { "" }
+        )
+    })
+}
+
+impl Step for Relabel {
+    fn id(&self) -> &'static str {
+        "relabel"
+    }
+    fn description(&self) -> &'static str {
+        "managed trees carry their SELinux label (read first, written only where it differs)"
+    }
+    fn deps(&self) -> &'static [&'static str] {
+        &["secrets"]
+    }
+    fn observe<'a>(&'a self, cx: &'a Cx) -> BoxFuture<'a, anyhow::Result<Observation>> {
+        async move {
+            if let Some(why) = cx.labeler.skipped() {
+                return Ok(Observation::Converged(format!("labels skipped: {why}")));
+            }
+            let reports = self.run(cx, true)?;
+            if let Some(e) = relabel_errors(&reports) {
+                return Err(e);
+            }
+            let mut changes = Vec::new();
+            let mut examined = 0;
+            for (tree, r) in &reports {
+                examined += r.examined;
+                if r.changed > 0 {
+                    changes.push(Change::new(
+                        format!(
+                            "relabel {} entries under {} to {}",
+                            r.changed,
+                            tree.display(),
+                            Self::label()
+                        ),
+                        format!(
+                            "{} of {} entries carry another label",
+                            r.changed, r.examined
+                        ),
+                    ));
+                }
+            }
+            for (real, cur, want) in Self::private_fixes(cx) {
+                changes.push(Change::new(
+                    format!("relabel {} to {want}", real.display()),
+                    format!("a node credential labeled {cur} is readable by containers"),
+                ));
+            }
+            let how = if reports.iter().any(|(_, r)| r.full_scan) {
+                "checked"
+            } else {
+                "changed since the last check"
+            };
+            Ok(if changes.is_empty() {
+                Observation::Converged(format!(
+                    "{examined} entries {how}, all labeled {}",
+                    Self::label()
+                ))
+            } else {
+                Observation::Changes(changes)
+            })
+        }
+        .boxed()
+    }
+    fn apply<'a>(&'a self, cx: &'a Cx) -> BoxFuture<'a, anyhow::Result<()>> {
+        async move {
+            let reports = self.run(cx, false)?;
+            for (real, cur, want) in Self::private_fixes(cx) {
+                cx.labeler.set_on_path(&real, &want)?;
+                tracing::info!(path = %real.display(), "relabeled a node credential from {cur} to {want} (not readable by containers)");
+            }
+            for (tree, r) in &reports {
+                tracing::info!(tree = %tree.display(), examined = r.examined, changed = r.changed, errors = r.errors.len(), "relabeled {} of {} entries under {}", r.changed, r.examined, tree.display());
+            }
+            match relabel_errors(&reports) {
+                Some(e) => Err(e),
+                None => Ok(()),
+            }
+        }
+        .boxed()
+    }
+}
+
