@@ -15,15 +15,26 @@ fn lookup(root: &Root, files: &[&str], name: &str) -> Option<u32> {
     })
 }
 
+/// A user or group a bundle names that the node does not have.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AccountError {
+    /// No such user.
+    #[error("user {0:?} not found in /etc/passwd or /usr/lib/passwd")]
+    User(String),
+    /// No such group.
+    #[error("group {0:?} not found in /etc/group or /usr/lib/group")]
+    Group(String),
+}
+
 /// uid and gid (the group of the same name) of `name`. `root` is always 0:0.
-pub fn resolve(root: &Root, name: &str) -> Result<(u32, u32), String> {
+pub fn resolve(root: &Root, name: &str) -> Result<(u32, u32), AccountError> {
     if name == "root" {
         return Ok((0, 0));
     }
     let uid = lookup(root, &["/etc/passwd", "/usr/lib/passwd"], name)
-        .ok_or_else(|| format!("user {name:?} not found in /etc/passwd or /usr/lib/passwd"))?;
+        .ok_or_else(|| AccountError::User(name.into()))?;
     let gid = lookup(root, &["/etc/group", "/usr/lib/group"], name)
-        .ok_or_else(|| format!("group {name:?} not found in /etc/group or /usr/lib/group"))?;
+        .ok_or_else(|| AccountError::Group(name.into()))?;
     Ok((uid, gid))
 }
 
@@ -46,7 +57,7 @@ mod tests {
         std::fs::write(root.path("/usr/lib/group"), "etcd:x:232:\n").unwrap();
         assert_eq!(resolve(&root, "etcd"), Ok((232, 232)));
         assert_eq!(resolve(&root, "root"), Ok((0, 0)));
-        let e = resolve(&root, "nobody2").unwrap_err();
+        let e = resolve(&root, "nobody2").unwrap_err().to_string();
         assert!(
             e.contains("nobody2") && e.contains("/usr/lib/passwd"),
             "{e}"

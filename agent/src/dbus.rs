@@ -4,81 +4,43 @@
 
 use std::sync::Arc;
 
-use tokio::sync::{mpsc, Mutex};
+use futures_util::future::BoxFuture;
 use zbus::message::Header;
 
-use crate::status::Status;
-
+/// nodectld's well-known name on the system bus.
 pub const BUS_NAME: &str = "org.nodectl.Agent1";
+/// The agent's object.
 pub const OBJECT_PATH: &str = "/org/nodectl/Agent1";
+/// The agent's interface.
 pub const INTERFACE: &str = "org.nodectl.Agent1";
 
-/// Why the daemon runs a pass.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Trigger {
-    Startup,
-    Sighup,
-    ConfigChange,
-    InputChange,
-    Dbus,
-    Resync,
-    /// A certificate request running in the background ended.
-    Credentials,
-    /// A reboot ended while changed `reboot.*` settings waited for it.
-    Reboot,
-    /// One of the node's credential files changed (a label, a mode, an entry): someone else's
-    /// `chcon` or `:z` mount is undone at once, not at the next resync.
-    CredentialChange,
+/// What the interface serves; the daemon implements it.
+pub trait Backend: Send + Sync {
+    /// The whole status as JSON.
+    fn status_json(&self) -> BoxFuture<'_, String>;
+    /// Runs a pass now.
+    fn converge(&self) -> zbus::fdo::Result<()>;
+    /// Frees a reboot slot of `group` held by `holder`.
+    fn release_reboot_slot<'a>(
+        &'a self,
+        group: &'a str,
+        holder: &'a str,
+    ) -> BoxFuture<'a, zbus::fdo::Result<String>>;
+    /// `starting`, `converging`, `ready` or `stopping`.
+    fn state(&self) -> BoxFuture<'_, String>;
 }
 
-impl Trigger {
-    pub fn name(self) -> &'static str {
-        match self {
-            Trigger::Startup => "startup",
-            Trigger::Sighup => "sighup",
-            Trigger::ConfigChange => "config-change",
-            Trigger::InputChange => "input-change",
-            Trigger::Dbus => "dbus",
-            Trigger::Resync => "resync",
-            Trigger::Credentials => "credentials",
-            Trigger::Reboot => "reboot",
-            Trigger::CredentialChange => "credential-change",
-        }
-    }
-}
-
-/// State shared between the convergence loop and the bus.
-pub struct Shared {
-    pub status: Mutex<Status>,
-    pub wake: mpsc::UnboundedSender<Trigger>,
-    /// The FleetLock coordinator, once serving (its state is read at each GetStatus).
-    pub reboot: std::sync::Mutex<Option<Arc<crate::reboot::coordinator::LeaseCoordinator>>>,
-    /// Changed `reboot.*` settings wait for the reboot under way to end.
-    pub reboot_deferred: std::sync::atomic::AtomicBool,
-}
-
-impl Shared {
-    /// The status as of now: the last pass's, with the reboot coordination's current state.
-    pub async fn snapshot(&self) -> Status {
-        let mut st = self.status.lock().await.clone();
-        if let Some(c) = self.reboot.lock().expect("reboot").as_ref() {
-            st.reboot = Some(c.status());
-        }
-        st
-    }
-}
-
+/// The object at [`OBJECT_PATH`].
 pub struct Agent {
-    pub shared: Arc<Shared>,
+    /// What it serves.
+    pub backend: Arc<dyn Backend>,
 }
 
 #[zbus::interface(name = "org.nodectl.Agent1")]
 impl Agent {
     /// The whole status as JSON (schema in docs/status.md).
     async fn get_status(&self) -> String {
-        let st = self.shared.snapshot().await;
-        let json = serde_json::to_string(&st).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"));
-        drop(st);
+        let json = self.backend.status_json().await;
         // A status call runs between passes: give back what it freed.
         crate::memory::release_freed();
         json
@@ -96,10 +58,7 @@ impl Agent {
                 "Converge changes the node: root only (caller uid {uid})"
             )));
         }
-        self.shared
-            .wake
-            .send(Trigger::Dbus)
-            .map_err(|_| zbus::fdo::Error::Failed("nodectld is stopping".into()))
+        self.backend.converge()
     }
 
     /// Frees a reboot slot of `group` held by `holder` (client id or node name). Root only.
@@ -116,21 +75,13 @@ impl Agent {
                 "ReleaseRebootSlot changes the cluster's reboot lock: root only (caller uid {uid})"
             )));
         }
-        let c = self.shared.reboot.lock().expect("reboot").clone();
-        let Some(c) = c else {
-            return Err(zbus::fdo::Error::Failed(
-                "nodectld does not serve FleetLock (reboot.strategy is not fleet-lock, or the node has no credentials yet)".into(),
-            ));
-        };
-        c.release_slot(&group, &holder)
-            .await
-            .map_err(zbus::fdo::Error::Failed)
+        self.backend.release_reboot_slot(&group, &holder).await
     }
 
     /// `starting`, `converging`, `ready` or `stopping`.
     #[zbus(property)]
     async fn state(&self) -> String {
-        self.shared.status.lock().await.daemon.state.clone()
+        self.backend.state().await
     }
 }
 
@@ -148,9 +99,13 @@ async fn caller_uid(hdr: &Header<'_>, conn: &zbus::Connection) -> zbus::fdo::Res
     default_path = "/org/nodectl/Agent1"
 )]
 pub trait Agent1 {
+    /// The whole status as JSON.
     fn get_status(&self) -> zbus::Result<String>;
+    /// Runs a pass now (root only).
     fn converge(&self) -> zbus::Result<()>;
+    /// Frees a reboot slot (root only).
     fn release_reboot_slot(&self, group: &str, holder: &str) -> zbus::Result<String>;
+    /// The daemon's state.
     #[zbus(property)]
     fn state(&self) -> zbus::Result<String>;
 }

@@ -399,6 +399,20 @@ impl<'a> Writer<'a> {
         }
     }
 
+    /// Sets the mode of an existing file or directory through a descriptor opened without
+    /// following a symlink (a link in its place is refused, never followed).
+    pub fn set_mode(&self, node_path: &Path, mode: u32) -> Result<(), WriteError> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let real = self.root.path(node_path);
+        let f = fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+            .open(&real)
+            .map_err(werr(&real, "open"))?;
+        f.set_permissions(fs::Permissions::from_mode(mode))
+            .map_err(werr(&real, "chmod"))
+    }
+
     /// Removes a file (not a directory); `false` when it was not there.
     pub fn remove(&self, node_path: &Path) -> Result<bool, WriteError> {
         let real = self.root.path(node_path);

@@ -136,13 +136,15 @@ pub async fn connect(
             user.client_key_data = Some(b64(&p)?.into());
         }
     }
-    let client = client(kc, retry).await.map_err(|e| err(node_path, e))?;
+    let client = client(kc, retry)
+        .await
+        .map_err(|e| err(node_path, e.to_string()))?;
     Ok(Connection { client, server, ca })
 }
 
 /// A kube client for a parsed kubeconfig: its current context, else its only (or first) one,
 /// as kubelet's loader picks it. `retry`: kube's retries of 429/503/504.
-pub async fn client(kc: Kubeconfig, retry: bool) -> Result<kube::Client, String> {
+pub async fn client(kc: Kubeconfig, retry: bool) -> Result<kube::Client, ClientError> {
     let context = kc
         .current_context
         .clone()
@@ -151,11 +153,20 @@ pub async fn client(kc: Kubeconfig, retry: bool) -> Result<kube::Client, String>
         context,
         ..Default::default()
     };
-    let mut cfg = kube::Config::from_custom_kubeconfig(kc, &opts)
-        .await
-        .map_err(|e| e.to_string())?;
+    let mut cfg = kube::Config::from_custom_kubeconfig(kc, &opts).await?;
     cfg.default_retry = retry;
-    kube::Client::try_from(cfg).map_err(|e| e.to_string())
+    Ok(kube::Client::try_from(cfg)?)
+}
+
+/// Why no client could be made of a parsed kubeconfig.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The kubeconfig does not describe a usable client (context, credentials).
+    #[error("{0}")]
+    Config(#[from] kube::config::KubeconfigError),
+    /// The client could not be built (TLS set-up).
+    #[error("{0}")]
+    Client(#[from] kube::Error),
 }
 
 /// The cluster CA certificates (PEM) of the kubeconfig at `node_path`: from

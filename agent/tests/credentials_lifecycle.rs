@@ -20,6 +20,8 @@ struct Node {
     _dir: tempfile::TempDir,
     root: Root,
     engine: Engine,
+    /// What the daemon's credentials check learnt, shared by every pass (as in nodectld).
+    facts: std::sync::Arc<nodectl::credentials::check::Facts>,
 }
 
 impl Node {
@@ -37,6 +39,7 @@ impl Node {
             root: Root::new(r),
             _dir: d,
             engine: nodectl::steps::engine(),
+            facts: Default::default(),
         }
     }
 
@@ -65,6 +68,7 @@ impl Node {
         cx.forced = forced;
         cx.inline_wait = Duration::from_secs(10);
         cx.waker = waker;
+        cx.facts = self.facts.clone();
         self.engine.apply(&cx).await
     }
 
@@ -254,6 +258,14 @@ async fn a_certificate_the_server_stops_accepting_is_replaced_at_the_next_check(
     let restarts = node.calls()["restart"].as_u64().unwrap();
     // (the request's own wake-up when it ended)
     let _ = tokio::time::timeout(Duration::from_millis(100), woken.notified()).await;
+    // The daemon's check, every second (kubelet.credentials_check_secs).
+    let checks = nodectl::credentials::check::spawn_checks(
+        node.root.clone(),
+        "/var/lib/kubelet/kubeconfig".into(),
+        Duration::from_secs(1),
+        node.facts.clone(),
+        waker.clone(),
+    );
 
     // Accepted: the checks (one now, one a second later) wake nobody and change nothing.
     for _ in 0..2 {
@@ -291,6 +303,7 @@ async fn a_certificate_the_server_stops_accepting_is_replaced_at_the_next_check(
     assert_eq!(node.calls()["restart"].as_u64(), Some(restarts + 1));
 
     // Without a daemon (a CLI pass) nothing is checked in the background.
+    checks.abort();
     api.revoke("system:node:worker-1");
     tokio::time::sleep(Duration::from_millis(1100)).await;
     let r = node.pass(false).await;

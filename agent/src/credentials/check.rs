@@ -2,8 +2,10 @@
 //! node kubeconfig (every authenticated user may create one). The daemon asks on a timer and
 //! feeds the answer to the next pass ([`Facts`]).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
 
 use crate::root::Root;
 
@@ -56,3 +58,45 @@ pub async fn accepted(root: &Root, kubeconfig: &Path) -> Result<Option<String>, 
     }
 }
 
+/// How long one check may take.
+pub const CHECK_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Asks the API server every `every` (the first time at once) whether it still accepts the
+/// node kubeconfig's certificate, for as long as the task runs. A 401 (the certificate revoked,
+/// its CA rotated away) is recorded in `facts` and `wake` is called, so the next pass requests a
+/// certificate with the bootstrap token; an unreachable server changes nothing.
+pub fn spawn_checks(
+    root: Root,
+    kubeconfig: PathBuf,
+    every: Duration,
+    facts: Arc<Facts>,
+    wake: Arc<dyn Fn() + Send + Sync>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            if root.path(&kubeconfig).is_file() {
+                let verdict = tokio::time::timeout(CHECK_TIMEOUT, accepted(&root, &kubeconfig))
+                    .await
+                    .unwrap_or_else(|_| Err(CheckError("no answer within 30 s".into())));
+                crate::memory::release_freed();
+                match verdict {
+                    Ok(Some(user)) => {
+                        tracing::debug!(%user, "the API server accepts the node's certificate")
+                    }
+                    Ok(None) => {
+                        tracing::warn!(
+                            "the API server refused the node's certificate (401); requesting one with the bootstrap token"
+                        );
+                        facts.set_revoked(true);
+                        wake();
+                    }
+                    Err(e) => tracing::info!(
+                        "could not check the node's certificate with the API server ({e}); next check in {} s",
+                        every.as_secs()
+                    ),
+                }
+            }
+            tokio::time::sleep(every).await;
+        }
+    })
+}

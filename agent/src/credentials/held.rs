@@ -52,4 +52,3 @@ pub fn held(root: &Root) -> anyhow::Result<Option<Held>> {
 pub fn read(root: &Root) -> Option<Held> {
     held(root).ok().flatten()
 }
-

@@ -10,7 +10,6 @@
 //! Plus the certificate's validity, and when to rotate: at a jittered 70–90% of its lifetime, as
 //! kubelet's certificate manager does.
 
-
 pub mod bootstrap;
 pub mod check;
 pub mod held;
@@ -39,4 +38,3 @@ pub fn paths(settings: &crate::config::Settings) -> Vec<PathBuf> {
         PathBuf::from("/var/lib/nodectl"),
     ]
 }
-

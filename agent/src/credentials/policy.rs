@@ -60,7 +60,6 @@ pub fn backoff(attempt: u32, jitter01: f64) -> Duration {
         .mul_f64(0.8 + 0.4 * jitter01.clamp(0.0, 1.0))
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -19,7 +19,8 @@ use serde::{Deserialize, Serialize};
 use super::drain::Drainer;
 use super::fleetlock::{ClientParams, Coordinator, Refusal};
 use super::lease::LeaseLock;
-use super::slots::{Acquire, Holder, Release};
+use super::slots::{Acquire, Holder, Release, Slots};
+use crate::kubeconfig::KubeconfigError;
 
 #[derive(Clone, Debug)]
 pub struct Policy {
@@ -78,6 +79,11 @@ pub const STATES: &[&str] = &[
 /// The states in which this node holds no slot (the coordination may restart on new settings).
 pub const HOLDING_NOTHING: &[&str] = &["idle", "waiting-for-window", "waiting-for-slot"];
 
+/// Why an operator's release was refused (the group, the holder or the API).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct ReleaseError(String);
+
 /// Told the new reboot state after each change.
 pub type OnChange = Arc<dyn Fn(&str) + Send + Sync>;
 
@@ -85,7 +91,7 @@ pub type OnChange = Arc<dyn Fn(&str) + Send + Sync>;
 pub type KubeletActive = Arc<dyn Fn() -> BoxFuture<'static, bool> + Send + Sync>;
 /// A client with the node's current credentials (made per request: they rotate).
 pub type Connector =
-    Arc<dyn Fn() -> BoxFuture<'static, Result<kube::Client, String>> + Send + Sync>;
+    Arc<dyn Fn() -> BoxFuture<'static, Result<kube::Client, KubeconfigError>> + Send + Sync>;
 
 pub struct LeaseCoordinator {
     connect: Connector,
@@ -191,6 +197,18 @@ impl LeaseCoordinator {
         self.ours(p)?;
         let (client, drainer) = self.client().await?;
         let lock = LeaseLock::new(client, &self.policy.namespace, &p.group);
+        let slots = self.take_slot(p, &lock, &drainer).await?;
+        self.drain(p, slots, &drainer).await
+    }
+
+    /// Takes (or keeps) a slot of the group: reclaims the slots of vanished or stale holders,
+    /// refuses outside the reboot windows and when every slot is held.
+    async fn take_slot(
+        &self,
+        p: &ClientParams,
+        lock: &LeaseLock,
+        drainer: &Drainer,
+    ) -> Result<Slots, Refusal> {
         // Which holders' nodes still exist (asked before the read-modify-write, which is pure).
         let current = lock.read().await.map_err(internal)?;
         let mut gone = Vec::new();
@@ -233,6 +251,17 @@ impl LeaseCoordinator {
             self.set("waiting-for-slot", d.clone(), &p.group, slots.holders);
             return Err(Refusal::new(StatusCode::LOCKED, "lock_held", d));
         }
+        Ok(slots)
+    }
+
+    /// Cordons and evicts; grants the reboot once drained or once the drain timeout since the
+    /// slot was taken has passed.
+    async fn drain(
+        &self,
+        p: &ClientParams,
+        slots: Slots,
+        drainer: &Drainer,
+    ) -> Result<String, Refusal> {
         let since = slots
             .holders
             .iter()
@@ -286,11 +315,13 @@ impl LeaseCoordinator {
     }
 
     /// An operator frees a slot of `group` held by `holder` (a client id or a node name).
-    pub async fn release_slot(&self, group: &str, holder: &str) -> Result<String, String> {
+    pub async fn release_slot(&self, group: &str, holder: &str) -> Result<String, ReleaseError> {
         if !crate::util::names::valid_group(group) {
-            return Err(format!("group {group:?} must match ^[a-zA-Z0-9.-]+$"));
+            return Err(ReleaseError(format!(
+                "group {group:?} must match ^[a-zA-Z0-9.-]+$"
+            )));
         }
-        let (client, _) = self.client().await.map_err(|r| r.value)?;
+        let (client, _) = self.client().await.map_err(|r| ReleaseError(r.value))?;
         let lock = LeaseLock::new(client, &self.policy.namespace, group);
         let (freed, slots) = lock
             .modify(|s| {
@@ -302,7 +333,7 @@ impl LeaseCoordinator {
                     .collect::<Vec<_>>()
             })
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| ReleaseError(e.to_string()))?;
         let mut st = self.status.lock().expect("status");
         if st.group.as_deref() == Some(group) {
             st.holders = slots.holders;
@@ -315,7 +346,9 @@ impl LeaseCoordinator {
                     h.id, h.node
                 ))
             }
-            None => Err(format!("no slot of group {group} is held by {holder:?}")),
+            None => Err(ReleaseError(format!(
+                "no slot of group {group} is held by {holder:?}"
+            ))),
         }
     }
 

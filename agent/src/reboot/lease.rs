@@ -73,10 +73,10 @@ pub fn lease_name(group: &str) -> String {
     }
 }
 
-fn slots_of(l: &Lease) -> Result<Slots, String> {
+fn slots_of(l: &Lease) -> Result<Slots, serde_json::Error> {
     match l.metadata.annotations.as_ref().and_then(|a| a.get(HOLDERS)) {
         None => Ok(Slots::default()),
-        Some(t) => serde_json::from_str(t).map_err(|e| e.to_string()),
+        Some(t) => serde_json::from_str(t),
     }
 }
 
@@ -109,7 +109,7 @@ impl LeaseLock {
             Some(l) => slots_of(&l).map_err(|message| LeaseError::Corrupt {
                 namespace: self.namespace.clone(),
                 name: self.name.clone(),
-                message,
+                message: message.to_string(),
             }),
         }
     }
@@ -131,7 +131,7 @@ impl LeaseLock {
                 Some(l) => slots_of(l).map_err(|message| LeaseError::Corrupt {
                     namespace: self.namespace.clone(),
                     name: self.name.clone(),
-                    message,
+                    message: message.to_string(),
                 })?,
             };
             let before = slots.clone();

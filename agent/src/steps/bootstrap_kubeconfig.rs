@@ -1,6 +1,5 @@
 //! The `bootstrap-kubeconfig` step: waits for the bootstrap kubeconfig provisioning places.
 
-
 use anyhow::Context as _;
 use futures_util::future::BoxFuture;
 use futures_util::FutureExt;
@@ -59,4 +58,3 @@ impl Step for BootstrapKubeconfig {
         async move { Ok(()) }.boxed()
     }
 }
-

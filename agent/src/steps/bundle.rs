@@ -44,7 +44,24 @@ impl fmt::Display for BundleError {
 
 const MARKER: &str = "#####";
 
-fn check_path(p: &str) -> Result<(), String> {
+/// Why a record's path is refused.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct PathError(String);
+
+impl From<&str> for PathError {
+    fn from(s: &str) -> Self {
+        PathError(s.into())
+    }
+}
+
+impl From<String> for PathError {
+    fn from(s: String) -> Self {
+        PathError(s)
+    }
+}
+
+fn check_path(p: &str) -> Result<(), PathError> {
     if p.is_empty() {
         return Err("empty path".into());
     }
@@ -57,7 +74,7 @@ fn check_path(p: &str) -> Result<(), String> {
     for c in p.split('/') {
         match c {
             "" => return Err("empty path component".into()),
-            "." | ".." => return Err(format!("path component {c:?} escapes the bundle")),
+            "." | ".." => return Err(format!("path component {c:?} escapes the bundle").into()),
             _ if c.starts_with('-') => return Err("a component starts with '-'".into()),
             _ => {}
         }
@@ -98,7 +115,7 @@ pub fn parse(bytes: &[u8], file: &Path) -> Result<Vec<Record>, BundleError> {
                     "marker line has more than one path".into(),
                 ));
             }
-            check_path(path).map_err(|m| err(Some(n), Some(path), m))?;
+            check_path(path).map_err(|m| err(Some(n), Some(path), m.0))?;
             if !seen.insert(path.to_string()) {
                 return Err(err(Some(n), Some(path), "appears twice".into()));
             }
@@ -344,6 +361,26 @@ pub struct Plan {
     pub files: Vec<Placement>,
 }
 
+/// Every directory between the rule's base and the file gets the rule's metadata (once).
+fn add_dirs(dirs: &mut Vec<DirPlacement>, rule: &Rule, dest: &Path, label: &Option<Context>) {
+    let base = Path::new(rule.base);
+    let mut d = dest.parent();
+    while let Some(dir) = d {
+        if !dir.starts_with(base) {
+            break;
+        }
+        if !dirs.iter().any(|x| x.dest == dir) {
+            dirs.push(DirPlacement {
+                dest: dir.to_path_buf(),
+                owner: rule.owner,
+                mode: rule.dir_mode,
+                label: label.clone(),
+            });
+        }
+        d = dir.parent();
+    }
+}
+
 /// Maps every record to its destination; any unknown record, or material the role must not
 /// hold, fails the whole bundle.
 pub fn plan(
@@ -391,24 +428,8 @@ pub fn plan(
             }
             None => bootstrap_kubeconfig.to_path_buf(),
         };
-        // Every directory between the rule's base and the file gets the rule's metadata.
         if rule.dest.is_some() {
-            let base = Path::new(rule.base);
-            let mut d = dest.parent();
-            while let Some(dir) = d {
-                if !dir.starts_with(base) {
-                    break;
-                }
-                if !dirs.iter().any(|x| x.dest == dir) {
-                    dirs.push(DirPlacement {
-                        dest: dir.to_path_buf(),
-                        owner: rule.owner,
-                        mode: rule.dir_mode,
-                        label: label.clone(),
-                    });
-                }
-                d = dir.parent();
-            }
+            add_dirs(&mut dirs, rule, &dest, &label);
         }
         let name = dest
             .file_name()

@@ -94,4 +94,3 @@ pub(crate) fn is_ours(real: &Path) -> bool {
 pub(crate) fn summary(n: usize, what: &str) -> String {
     format!("{n} {what} in place")
 }
-

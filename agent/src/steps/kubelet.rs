@@ -39,3 +39,11 @@ pub(crate) async fn start_kubelet(cx: &Cx, restart: bool) -> anyhow::Result<()> 
     Ok(())
 }
 
+/// The image kubelet.service runs, as systemd has it loaded (an operator's drop-in included).
+pub async fn running_image(systemd: &nodectl_units::systemd::Systemd) -> Option<String> {
+    systemd
+        .environment_var(kubelet::KUBELET_UNIT, kubelet::IMAGE_VAR)
+        .await
+        .ok()
+        .flatten()
+}

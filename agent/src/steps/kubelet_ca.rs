@@ -71,4 +71,3 @@ impl Step for KubeletCa {
         .boxed()
     }
 }
-

@@ -1,6 +1,5 @@
 //! The `kubelet-running` step: kubelet.service started once everything it needs is in place.
 
-
 use futures_util::future::BoxFuture;
 use futures_util::FutureExt;
 use nodectl_units::kubelet::{self};
@@ -56,4 +55,3 @@ impl Step for KubeletRunning {
         .boxed()
     }
 }
-

@@ -155,4 +155,3 @@ impl Step for KubeletUnit {
         .boxed()
     }
 }
-

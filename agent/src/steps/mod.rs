@@ -26,7 +26,10 @@ mod relabel;
 mod secrets;
 
 pub use bootstrap_kubeconfig::BootstrapKubeconfig;
-pub use kubelet::{KUBELET_CA, KUBELET_ENV, KUBELET_YAML, MANAGED_HEADER, RESTART_MARKER, SYSTEMD_DIR};
+pub use kubelet::{
+    running_image, KUBELET_CA, KUBELET_ENV, KUBELET_YAML, MANAGED_HEADER, RESTART_MARKER,
+    SYSTEMD_DIR,
+};
 pub use kubelet_ca::KubeletCa;
 pub use kubelet_credentials::{KubeletCredentials, APPROVAL_WAIT};
 pub use kubelet_running::KubeletRunning;

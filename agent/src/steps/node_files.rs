@@ -134,4 +134,3 @@ impl Step for NodeFiles {
         .boxed()
     }
 }
-

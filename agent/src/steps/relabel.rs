@@ -198,4 +198,3 @@ impl Step for Relabel {
         .boxed()
     }
 }
-

@@ -171,4 +171,3 @@ impl Step for Secrets {
         .boxed()
     }
 }
-

@@ -237,7 +237,8 @@ async fn zincati_drives_two_nodes_through_one_slot_with_drain_and_readiness() {
         .coordinator
         .release_slot("default", "n2")
         .await
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
     assert!(
         err.contains("no slot of group default is held by \"n2\""),
         "{err}"

@@ -53,7 +53,7 @@ pub(super) fn kubeconfig_file(cx: &Cx) -> anyhow::Result<Option<FileSpec>> {
 /// The files this pass should hold: with the node kubeconfig once the node holds a
 /// certificate of its own (`own`), standalone before.
 pub(super) fn files(cx: &Cx, own: bool) -> anyhow::Result<FileSet> {
-        let mut files = Vec::new();
+    let mut files = Vec::new();
     let mut api = None;
     if own {
         if let Some(k) = kubeconfig_file(cx)? {

@@ -1,0 +1,275 @@
+//! The checks, pure over a [`Snapshot`]: one function per finding family.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use super::snapshot::{Snapshot, APISERVER_MANIFEST, BOOTSTRAP_TOKEN_MANIFEST, ETCD_ENV};
+use super::{finding, Finding, Remedy};
+use crate::config::Role;
+
+/// Every check, in no particular order (the caller sorts).
+pub(super) fn all(s: &Snapshot) -> Vec<Finding> {
+    let mut out = os(&s.os_release);
+    shared_ca(s, &mut out);
+    if s.role == Role::Worker {
+        etcd_on_worker(s, &mut out);
+    }
+    if s.role == Role::Controller {
+        apiserver(s, &mut out);
+        etcd(s, &mut out);
+    }
+    keys(s, &mut out);
+    bootstrap_token(s, &mut out);
+    out
+}
+
+/// The checks that need no settings (the OS).
+pub(super) fn os(os_release: &str) -> Vec<Finding> {
+    let mut out = Vec::new();
+    if os_release
+        .lines()
+        .any(|l| l.trim() == "ID=coreos" || l.trim() == "ID=\"coreos\"")
+    {
+        out.push(finding(
+            "end-of-life-os",
+            Path::new("/etc/os-release"),
+            "ID",
+            "ID=coreos (CoreOS Container Linux, end of life since May 2020)".into(),
+            "migrate to Flatcar Container Linux (in-place update) or Fedora CoreOS",
+            None,
+        ));
+    }
+    out
+}
+
+/// The etcd CA and the Kubernetes CA the same, or kubelet's certificate issued by etcd's CA.
+fn shared_ca(s: &Snapshot, out: &mut Vec<Finding>) {
+    for (kp, k) in &s.k8s_cas {
+        if let Some((ep, _)) = s.etcd_cas.iter().find(|(_, e)| e.spki == k.spki) {
+            out.push(finding(
+                "shared-etcd-kubernetes-ca",
+                kp,
+                "public key",
+                format!("{} and {} have the same key ({})", kp.display(), ep.display(), k.subject),
+                "give etcd its own CA (Typhoon: separate etcd-ca and kubernetes-ca), then re-issue etcd's and Kubernetes' certificates",
+                None,
+            ));
+        }
+    }
+    if let Some((path, c)) = &s.kubelet_cert {
+        if let Some((ep, e)) = s.etcd_cas.iter().find(|(_, e)| c.signed_by(e)) {
+            out.push(finding(
+                "shared-etcd-kubernetes-ca",
+                path,
+                "issuer",
+                format!("the kubelet's certificate ({}) was issued by {} ({}): it works as an etcd client certificate", c.subject, e.subject, ep.display()),
+                "sign kubelet certificates with the Kubernetes CA only; give etcd its own CA",
+                None,
+            ));
+        }
+    }
+}
+
+/// etcd credentials on a worker: in etcd's directories, named for etcd, or issued by an etcd CA.
+fn etcd_on_worker(s: &Snapshot, out: &mut Vec<Finding>) {
+    let mut seen: BTreeSet<&Path> = s.etcd_files.iter().map(|p| p.as_path()).collect();
+    for f in &s.kube_files {
+        let name = f.path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        // Signed by an etcd CA found on the node, or (none found) named for etcd.
+        let issued_by_etcd = f.certs.iter().any(|c| {
+            c.subject != c.issuer
+                && (s.etcd_cas.iter().any(|(_, e)| c.signed_by(e))
+                    || c.issuer.to_lowercase().contains("etcd"))
+        });
+        if name.starts_with("etcd-client") || name.starts_with("etcd-") || issued_by_etcd {
+            seen.insert(&f.path);
+        }
+    }
+    for f in seen {
+        out.push(finding(
+            "etcd-credentials-on-worker",
+            f,
+            "file",
+            format!(
+                "{} is an etcd credential on worker {}",
+                f.display(),
+                s.node_name
+            ),
+            "remove it (nodectl audit --fix does): workers never talk to etcd",
+            Some(Remedy::Remove),
+        ));
+    }
+}
+
+/// kube-apiserver's admission plugins, authorization modes and bootstrap token lifetime.
+fn apiserver(s: &Snapshot, out: &mut Vec<Finding>) {
+    let Some(text) = &s.apiserver_manifest else {
+        return;
+    };
+    let manifest = Path::new(APISERVER_MANIFEST);
+    let flags = apiserver_flags(text);
+    let flag = |name: &str| {
+        flags
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+    };
+    let admission = flag("--enable-admission-plugins").unwrap_or_default();
+    if !admission.split(',').any(|p| p == "NodeRestriction") {
+        out.push(finding(
+            "apiserver-admission",
+            manifest,
+            "--enable-admission-plugins",
+            format!("--enable-admission-plugins={admission}"),
+            "add NodeRestriction: without it a node's credentials can modify other Nodes and their pods",
+            None,
+        ));
+    }
+    let authz = flag("--authorization-mode").unwrap_or_default();
+    let modes: Vec<&str> = authz.split(',').collect();
+    if !(modes.contains(&"Node") && modes.contains(&"RBAC")) {
+        out.push(finding(
+            "apiserver-authorization",
+            manifest,
+            "--authorization-mode",
+            format!("--authorization-mode={authz}"),
+            "use --authorization-mode=Node,RBAC",
+            None,
+        ));
+    }
+    let unbounded = s
+        .bootstrap_token_manifest
+        .as_ref()
+        .is_some_and(|t| !t.contains("expiration"));
+    if flag("--enable-bootstrap-token-auth").as_deref() == Some("true") && unbounded {
+        out.push(finding(
+            "bootstrap-token-unbounded",
+            Path::new(BOOTSTRAP_TOKEN_MANIFEST),
+            "stringData.expiration",
+            "bootstrap token auth is on and the token Secret has no expiration".into(),
+            "give the bootstrap token Secret an expiration (the tokencleaner removes it) and hand new nodes fresh tokens",
+            None,
+        ));
+    }
+}
+
+/// `--flag=value` pairs of the first container's command and args in a static pod manifest.
+fn apiserver_flags(manifest: &str) -> Vec<(String, String)> {
+    let v: serde_json::Value = serde_saphyr::from_str(manifest).unwrap_or_default();
+    let c = &v["spec"]["containers"][0];
+    let words = c["command"]
+        .as_array()
+        .into_iter()
+        .chain(c["args"].as_array())
+        .flatten()
+        .filter_map(|w| w.as_str());
+    words
+        .filter_map(|w| {
+            w.split_once('=')
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+        })
+        .collect()
+}
+
+/// etcd's client certificate requirement and where it listens.
+fn etcd(s: &Snapshot, out: &mut Vec<Finding>) {
+    let Some(text) = &s.etcd_env else {
+        return;
+    };
+    let env = Path::new(ETCD_ENV);
+    let var = |k: &str| {
+        text.lines()
+            .filter_map(|l| l.split_once('='))
+            .find(|(n, _)| n.trim() == k)
+            .map(|(_, v)| v.trim().trim_matches('"').to_string())
+    };
+    if var("ETCD_CLIENT_CERT_AUTH").as_deref() != Some("true") {
+        out.push(finding(
+            "etcd-client-cert-auth",
+            env,
+            "ETCD_CLIENT_CERT_AUTH",
+            format!(
+                "ETCD_CLIENT_CERT_AUTH={}",
+                var("ETCD_CLIENT_CERT_AUTH").unwrap_or_else(|| "(unset)".into())
+            ),
+            "set ETCD_CLIENT_CERT_AUTH=true (and ETCD_TRUSTED_CA_FILE to the etcd CA)",
+            None,
+        ));
+    }
+    if let Some(urls) = var("ETCD_LISTEN_CLIENT_URLS") {
+        if urls.contains("0.0.0.0") || urls.contains("[::]") {
+            out.push(finding(
+                "etcd-listens-everywhere",
+                env,
+                "ETCD_LISTEN_CLIENT_URLS",
+                format!("ETCD_LISTEN_CLIENT_URLS={urls}"),
+                "listen on the controller's private address (and 127.0.0.1) and allow 2379 only from controllers in the firewall",
+                None,
+            ));
+        }
+    }
+}
+
+/// Keys and credentials: their modes, their directories' modes, their labels.
+fn keys(s: &Snapshot, out: &mut Vec<Finding>) {
+    let mut dirs_flagged = BTreeSet::new();
+    for f in &s.key_files {
+        if f.mode & 0o077 != 0 {
+            out.push(finding(
+                "key-mode",
+                &f.path,
+                "mode",
+                format!(
+                    "{} is {:04o} and holds a private key or credentials",
+                    f.path.display(),
+                    f.mode
+                ),
+                "chmod 0600 (nodectl audit --fix does)",
+                Some(Remedy::Chmod { mode: 0o600 }),
+            ));
+        }
+        if let Some((parent, m)) = &f.dir {
+            if m & 0o007 != 0
+                && parent != Path::new("/etc/kubernetes")
+                && dirs_flagged.insert(parent.clone())
+            {
+                out.push(finding(
+                    "key-dir-mode",
+                    parent,
+                    "mode",
+                    format!("{} is {m:04o} and holds private keys", parent.display()),
+                    "chmod 0700 (nodectl audit --fix does)",
+                    Some(Remedy::Chmod { mode: 0o700 }),
+                ));
+            }
+        }
+        if let Some(l) = f
+            .label
+            .as_ref()
+            .filter(|l| l.contains(":container_file_t:"))
+        {
+            out.push(finding(
+                "key-label-container-readable",
+                &f.path,
+                "SELinux label",
+                format!("{} is labeled {l}", f.path.display()),
+                "give it the policy default label (nodectl audit --fix does; nodectld keeps it so)",
+                Some(Remedy::Relabel),
+            ));
+        }
+    }
+}
+
+/// The bootstrap token still on disk after the node got its own certificate.
+fn bootstrap_token(s: &Snapshot, out: &mut Vec<Finding>) {
+    if let (true, Some(p)) = (s.holds_valid_certificate, &s.bootstrap_token_file) {
+        out.push(finding(
+            "bootstrap-token-on-disk",
+            p,
+            "users[].user.token",
+            "the node holds its own certificate; the bootstrap token is still readable on disk".into(),
+            "remove the bootstrap kubeconfig (nodectld no longer needs it; see docs/security.md) and bound the token's lifetime",
+            None,
+        ));
+    }
+}

@@ -1,0 +1,198 @@
+//! `nodectl`: status, plan, apply, converge, audit, the reboot lock.
+//!
+//! `status`: the status from nodectld or, without it, from the disk; `audit`: `nodectl audit`.
+
+mod audit;
+mod status_cmd;
+
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use clap::{Parser, Subcommand};
+use nodectl_units::systemd::{Client, Offline, Systemd};
+
+use crate::dbus::Agent1Proxy;
+use crate::engine::Cx;
+use crate::root::Root;
+use crate::status::{self, Status};
+use crate::{load, steps};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "nodectl",
+    version,
+    about = "Inspect and drive nodectld, the Kubernetes node agent"
+)]
+pub struct Cli {
+    /// Run against this root instead of `/` (a scratch directory; systemd is then simulated in
+    /// <root>/run/nodectl/offline-systemd.json).
+    #[arg(long, global = true, default_value = "/")]
+    pub root: PathBuf,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Show the agent, the host and every step (asks nodectld over D-Bus; reads the disk when it
+    /// is not running).
+    Status {
+        /// Machine-readable output (schema: docs/status.md).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show what a pass would change and why. Changes nothing.
+    Plan {
+        #[arg(long)]
+        json: bool,
+        /// Exit 2 when changes are pending (0: none, 1: error).
+        #[arg(long)]
+        detailed_exitcode: bool,
+    },
+    /// Run one convergence pass here (without the daemon).
+    Apply {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Ask nodectld to run a pass now (root only).
+    Converge,
+    /// Check the node against a security review's node-level findings (docs/security.md).
+    /// Exit 0: none; 2: medium or low only; 3: a high finding; 1: error.
+    Audit {
+        #[arg(long)]
+        json: bool,
+        /// Apply the safe fixes (remove etcd credentials from a worker, fix key modes and
+        /// labels), each logged; then audit again.
+        #[arg(long)]
+        fix: bool,
+    },
+    /// The group's reboot lock (a Lease; docs/reboot.md).
+    RebootLock {
+        #[command(subcommand)]
+        action: RebootLockAction,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum RebootLockAction {
+    /// Free a stuck slot (root only): a holder whose update failed, a node gone for good.
+    Release {
+        /// The holder: its FleetLock client id or its node name.
+        holder: String,
+        #[arg(long, default_value = "default")]
+        group: String,
+    },
+}
+
+async fn systemd_for(root: &Root) -> anyhow::Result<Systemd> {
+    Ok(if root.is_host() {
+        Systemd::Bus(Client::system().await?)
+    } else {
+        Systemd::Offline(Offline::new(root.dir()))
+    })
+}
+
+async fn cx_for(root: &Root) -> anyhow::Result<Cx> {
+    let host = load::host(root)?;
+    let settings = load::settings(root, &host)?;
+    Ok(Cx::new(
+        root.clone(),
+        host,
+        settings,
+        systemd_for(root).await?,
+    ))
+}
+
+fn heading(cx: &Cx) -> String {
+    format!(
+        "Plan for {} {} on {} (root {}):",
+        format!("{:?}", cx.settings.role).to_lowercase(),
+        cx.settings.node_name,
+        cx.host.name,
+        cx.root.dir().display()
+    )
+}
+
+/// Runs the CLI; returns the process exit code.
+pub async fn run(cli: Cli) -> anyhow::Result<i32> {
+    let root = Root::new(&cli.root);
+    match cli.command {
+        Command::Plan {
+            json,
+            detailed_exitcode,
+        } => plan(&root, json, detailed_exitcode).await,
+        Command::Apply { json } => apply(&root, json).await,
+        Command::Converge => converge().await,
+        Command::RebootLock {
+            action: RebootLockAction::Release { holder, group },
+        } => release(&group, &holder).await,
+        Command::Audit { json, fix } => audit::run(&root, json, fix),
+        Command::Status { json } => status_cmd::run(&root, json).await,
+    }
+}
+
+async fn plan(root: &Root, json: bool, detailed_exitcode: bool) -> anyhow::Result<i32> {
+    let cx = cx_for(root).await?;
+    let report = steps::engine().plan(&cx).await;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", status::render_plan(&report, &heading(&cx)));
+    }
+    Ok(if !report.failed().is_empty() {
+        1
+    } else if detailed_exitcode && report.pending_changes() > 0 {
+        2
+    } else {
+        0
+    })
+}
+
+async fn apply(root: &Root, json: bool) -> anyhow::Result<i32> {
+    let mut cx = cx_for(root).await?;
+    // An operator asked: retry what a daemon would leave to a backoff, and see a
+    // certificate request through (this process is gone after the pass).
+    cx.forced = true;
+    cx.inline_wait = crate::steps::APPROVAL_WAIT;
+    let report = steps::engine().apply(&cx).await;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", status::render_steps(&report.steps));
+        for s in &report.steps {
+            if let crate::engine::StepState::Applied { changes } = &s.state {
+                for c in changes {
+                    println!("  {}: {}  [{}]", s.id, c.what, c.why);
+                }
+            }
+        }
+        println!("{}", Status::summary(&report));
+    }
+    Ok(if report.failed().is_empty() { 0 } else { 1 })
+}
+
+async fn converge() -> anyhow::Result<i32> {
+    let conn = zbus::Connection::system()
+        .await
+        .context("connecting to the system bus")?;
+    let agent = Agent1Proxy::new(&conn).await?;
+    agent
+        .converge()
+        .await
+        .context("asking nodectld to converge")?;
+    println!("nodectld is converging; see `nodectl status`.");
+    Ok(0)
+}
+
+async fn release(group: &str, holder: &str) -> anyhow::Result<i32> {
+    let conn = zbus::Connection::system()
+        .await
+        .context("connecting to the system bus")?;
+    let agent = Agent1Proxy::new(&conn).await?;
+    let msg = agent
+        .release_reboot_slot(group, holder)
+        .await
+        .context("asking nodectld to release the slot")?;
+    println!("{msg}");
+    Ok(0)
+}

@@ -1,0 +1,120 @@
+//! `nodectl status`: from nodectld over D-Bus, or observed from the disk when it is not there.
+
+use std::time::Duration;
+
+use super::systemd_for;
+use crate::dbus::Agent1Proxy;
+use crate::engine::Cx;
+use crate::load;
+use crate::root::Root;
+use crate::status::{self, Daemon, HostStatus, Status};
+use crate::steps;
+
+/// Runs `nodectl status`; returns the exit code.
+pub(super) async fn run(root: &Root, json: bool) -> anyhow::Result<i32> {
+    let st = status_from_daemon(root).await;
+    let st = match st {
+        Ok(st) => st,
+        Err(why) => status_from_disk(root, why.to_string()).await,
+    };
+    if json {
+        println!("{}", serde_json::to_string_pretty(&st)?);
+    } else {
+        print!("{}", st.render());
+    }
+    Ok(
+        if st.config_error.is_some() || st.steps.iter().any(|s| s.state.name() == "failed") {
+            3
+        } else {
+            0
+        },
+    )
+}
+
+/// Why the status is not nodectld's (shown as the daemon's state).
+#[derive(Debug, thiserror::Error)]
+enum Unavailable {
+    #[error("--root given: reading the scratch root")]
+    ScratchRoot,
+    #[error("system bus: {0}")]
+    Bus(zbus::Error),
+    #[error("nodectld does not own org.nodectl.Agent1 on the system bus")]
+    NotRunning,
+    #[error("{0}")]
+    Call(zbus::Error),
+    #[error("nodectld did not answer within 5s")]
+    Timeout,
+    #[error("nodectld's status does not parse: {0}")]
+    Parse(serde_json::Error),
+}
+
+async fn status_from_daemon(root: &Root) -> Result<Status, Unavailable> {
+    if !root.is_host() {
+        return Err(Unavailable::ScratchRoot);
+    }
+    let ask = async {
+        let conn = zbus::Connection::system().await.map_err(Unavailable::Bus)?;
+        let agent = Agent1Proxy::new(&conn).await.map_err(Unavailable::Call)?;
+        agent.get_status().await.map_err(|e| match e {
+            zbus::Error::MethodError(name, _, _)
+                if name.as_str().ends_with("ServiceUnknown")
+                    || name.as_str().ends_with("NameHasNoOwner") =>
+            {
+                Unavailable::NotRunning
+            }
+            e => Unavailable::Call(e),
+        })
+    };
+    let json = tokio::time::timeout(Duration::from_secs(5), ask)
+        .await
+        .map_err(|_| Unavailable::Timeout)??;
+    serde_json::from_str(&json).map_err(Unavailable::Parse)
+}
+
+async fn status_from_disk(root: &Root, why: String) -> Status {
+    let mut st = Status {
+        schema_version: status::SCHEMA_VERSION,
+        source: "disk".into(),
+        daemon: Daemon {
+            running: false,
+            state: why,
+            ..Daemon::default()
+        },
+        ..Status::default()
+    };
+    let host = match load::host(root) {
+        Ok(h) => h,
+        Err(e) => {
+            st.config_error = Some(e.to_string());
+            return st;
+        }
+    };
+    let labeler = nodectl_selinux::Labeler::new(root.dir(), &host.selinux);
+    st.host = Some(HostStatus::new(&host, &labeler));
+    let settings = match load::settings(root, &host) {
+        Ok(s) => s,
+        Err(e) => {
+            st.config_error = Some(e.to_string());
+            return st;
+        }
+    };
+    st.settings = Some(settings.clone());
+    st.credentials = crate::credentials::read(root)
+        .map(|h| status::Credentials::of(&h, std::time::SystemTime::now()));
+    st.audit = Some(status::AuditSummary::of(&crate::audit::run_on(
+        root, &settings,
+    )));
+    match systemd_for(root).await {
+        Ok(sd) => {
+            let cx = Cx::new(root.clone(), host, settings, sd);
+            let report = steps::engine().plan(&cx).await;
+            st.set_report(&report);
+            if let Ok(k) = cx.systemd.state(nodectl_units::kubelet::KUBELET_UNIT).await {
+                st.set_kubelet(k);
+            }
+            st.kubelet_image = steps::running_image(&cx.systemd).await;
+        }
+        Err(e) => st.config_error = Some(format!("cannot reach systemd: {e:#}")),
+    }
+    st
+}

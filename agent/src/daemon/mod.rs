@@ -1,0 +1,259 @@
+//! nodectld: converges the node, then sleeps until something changes: SIGHUP, a config
+//! fragment, an input file it waits for (inotify; no polling), a root `Converge` call over
+//! D-Bus, a background request's end, or an hourly resync that repairs drift. `Type=notify`:
+//! READY=1 once the first pass is done (converged, or waiting on outside input); STATUS= says
+//! what it waits for.
+//!
+//! `pass`: one pass and its publication; `shared`: what the parts share (and the bus backend);
+//! `watcher`: inotify; `reboots`: reboot coordination; `kubelet`: kubelet's state by signal;
+//! `metrics`: the textfile for node_exporter.
+
+mod kubelet;
+mod metrics;
+mod pass;
+mod reboots;
+mod shared;
+mod watcher;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use nodectl_units::systemd::{Client, Offline, Systemd};
+use sd_notify::NotifyState;
+use tokio::signal::unix::{signal, Signal, SignalKind};
+use tokio::sync::{mpsc, Mutex};
+
+pub use metrics::METRICS;
+pub use shared::Trigger;
+
+use crate::config::Settings;
+use crate::dbus::{Agent, BUS_NAME, OBJECT_PATH};
+use crate::root::Root;
+use crate::status::{self, Daemon, Status};
+use pass::{notify, Passes};
+use shared::{Shared, State};
+
+/// How nodectld runs.
+pub struct Options {
+    /// The sysroot (`/` on a node).
+    pub root: Root,
+    /// Serve `org.nodectl.Agent1` on the system bus (`DBUS_SYSTEM_BUS_ADDRESS` is honoured).
+    pub serve_bus: bool,
+    /// A pass at least this often (repairs drift).
+    pub resync: Duration,
+    /// Quiet period after an event before a pass starts, so a burst (a copy in progress, an
+    /// editor's save) makes one pass.
+    pub debounce: Duration,
+}
+
+/// How long after a pass nodectld gives back memory freed by work that outlived the pass.
+const LATE_TRIM: Duration = Duration::from_secs(10);
+
+/// The signals that stop nodectld or ask for a pass.
+struct Signals {
+    hup: Signal,
+    term: Signal,
+    int: Signal,
+}
+
+/// The daemon's credentials check (a task), and the settings it runs with.
+#[derive(Default)]
+struct Checks {
+    task: Option<(tokio::task::JoinHandle<()>, PathBuf, u64)>,
+}
+
+impl Checks {
+    /// Runs the check while the settings ask for one (restarted when they change).
+    fn follow(&mut self, root: &Root, s: Option<&Settings>, shared: &Arc<Shared>) {
+        let want = s
+            .filter(|s| s.credentials_check_secs > 0)
+            .map(|s| (s.kubeconfig.clone(), s.credentials_check_secs));
+        if let (Some((task, p, every)), Some((wp, wevery))) = (&self.task, &want) {
+            if p == wp && every == wevery && !task.is_finished() {
+                return;
+            }
+        }
+        if let Some((task, _, _)) = self.task.take() {
+            task.abort();
+        }
+        if let Some((kubeconfig, every)) = want {
+            let wake = shared.wake.clone();
+            let task = crate::credentials::check::spawn_checks(
+                root.clone(),
+                kubeconfig.clone(),
+                Duration::from_secs(every),
+                shared.facts.clone(),
+                Arc::new(move || {
+                    let _ = wake.send(Trigger::Credentials);
+                }),
+            );
+            self.task = Some((task, kubeconfig, every));
+        }
+    }
+}
+
+/// Runs nodectld until SIGTERM or SIGINT.
+pub async fn run(opts: Options) -> anyhow::Result<()> {
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let shared = Arc::new(Shared {
+        status: Mutex::new(Status {
+            schema_version: status::SCHEMA_VERSION,
+            source: "daemon".into(),
+            daemon: Daemon {
+                running: true,
+                state: State::Starting.as_str().into(),
+                pid: Some(std::process::id()),
+                ..Daemon::default()
+            },
+            ..Status::default()
+        }),
+        wake: tx.clone(),
+        reboot: std::sync::Mutex::new(None),
+        reboot_deferred: Default::default(),
+        facts: Default::default(),
+    });
+    let conn = serve_bus(&opts, &shared).await?;
+    let systemd = systemd(&opts.root, conn.as_ref()).await?;
+    // kubelet's state, followed by signal for `nodectl status`.
+    let follower = if let Systemd::Bus(client) = &systemd {
+        let (client, shared): (Client, _) = (client.clone(), shared.clone());
+        Some(tokio::spawn(kubelet::follow(client, shared)))
+    } else {
+        None
+    };
+    let passes = Passes {
+        root: opts.root.clone(),
+        engine: crate::steps::engine(),
+        systemd,
+        shared: shared.clone(),
+    };
+    let mut signals = Signals {
+        hup: signal(SignalKind::hangup())?,
+        term: signal(SignalKind::terminate())?,
+        int: signal(SignalKind::interrupt())?,
+    };
+    let mut watcher = watcher::Watcher::new().context("inotify")?;
+    let reboots = converge_loop(&opts, &passes, &mut watcher, &mut signals, &mut rx).await;
+    notify(&[NotifyState::Stopping, NotifyState::Status("stopping")]);
+    shared.set_state(State::Stopping).await;
+    tracing::info!("stopping on signal");
+    if let Some(f) = follower {
+        f.abort();
+    }
+    if let Some(r) = reboots {
+        r.task.abort();
+    }
+    drop(conn);
+    Ok(())
+}
+
+/// Passes until a stop signal; returns the reboot coordination to stop.
+async fn converge_loop(
+    opts: &Options,
+    passes: &Passes,
+    watcher: &mut watcher::Watcher,
+    signals: &mut Signals,
+    rx: &mut mpsc::UnboundedReceiver<Trigger>,
+) -> Option<reboots::Reboots> {
+    let root = &opts.root;
+    let mut trigger = Trigger::Startup;
+    let mut reboots = None;
+    let mut checks = Checks::default();
+    for n in 1u64.. {
+        // Watches first, so an input arriving while the pass runs still wakes the next one.
+        let loaded =
+            crate::load::host(root).and_then(|h| crate::load::settings(root, &h).map(|s| (h, s)));
+        watcher.update(root, loaded.as_ref().ok().map(|(_, s)| s));
+        let settings = loaded.as_ref().ok().map(|(_, s)| s.clone());
+        let recheck = passes.run(loaded, trigger, n).await;
+        if let Some(s) = &settings {
+            reboots =
+                reboots::follow_settings(reboots, root, s, &passes.systemd, &passes.shared).await;
+        }
+        checks.follow(root, settings.as_ref(), &passes.shared);
+        let Some(t) = next_trigger(opts, recheck, watcher, signals, rx).await else {
+            break;
+        };
+        trigger = t;
+        tracing::info!(trigger = trigger.name(), "converging");
+    }
+    if let Some((task, _, _)) = checks.task {
+        task.abort();
+    }
+    reboots
+}
+
+/// Waits for the next reason to run, without polling, then lets a burst settle (more events in
+/// the debounce window fold into this pass). Once, a few seconds after the pass, gives back what
+/// work that outlived it freed. `None`: stop.
+async fn next_trigger(
+    opts: &Options,
+    recheck: Option<Duration>,
+    watcher: &mut watcher::Watcher,
+    signals: &mut Signals,
+    rx: &mut mpsc::UnboundedReceiver<Trigger>,
+) -> Option<Trigger> {
+    let resync_at = tokio::time::Instant::now() + recheck.unwrap_or(opts.resync);
+    let mut trim_at = Some(tokio::time::Instant::now() + LATE_TRIM);
+    let next = loop {
+        tokio::select! {
+            t = rx.recv() => break t,
+            t = watcher.next() => break Some(t),
+            _ = signals.hup.recv() => break Some(Trigger::Sighup),
+            _ = tokio::time::sleep_until(resync_at) => break Some(Trigger::Resync),
+            _ = signals.term.recv() => break None,
+            _ = signals.int.recv() => break None,
+            _ = tokio::time::sleep_until(trim_at.unwrap_or(resync_at)), if trim_at.is_some() => {
+                crate::memory::release_freed();
+                trim_at = None;
+            }
+        }
+    };
+    let t = next?;
+    let deadline = tokio::time::Instant::now() + opts.debounce;
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep_until(deadline) => break,
+            _ = rx.recv() => {},
+            _ = watcher.next() => {},
+        }
+    }
+    Some(t)
+}
+
+/// Owns `org.nodectl.Agent1` on the system bus, when asked to.
+async fn serve_bus(
+    opts: &Options,
+    shared: &Arc<Shared>,
+) -> anyhow::Result<Option<zbus::Connection>> {
+    if !opts.serve_bus {
+        return Ok(None);
+    }
+    let agent = Agent {
+        backend: shared.clone(),
+    };
+    let conn = zbus::connection::Builder::system()
+        .name(BUS_NAME)
+        .serve_at(OBJECT_PATH, agent)
+        .build()
+        .await
+        .with_context(|| format!("connecting to the system bus as {BUS_NAME}"))?;
+    Ok(Some(conn))
+}
+
+/// systemd over the bus on a node; the offline stand-in under a scratch root.
+async fn systemd(root: &Root, conn: Option<&zbus::Connection>) -> anyhow::Result<Systemd> {
+    if !root.is_host() {
+        tracing::info!(root = %root.dir().display(), "scratch root: systemd calls are recorded in {}", Offline::STATE_FILE);
+        return Ok(Systemd::Offline(Offline::new(root.dir())));
+    }
+    let conn = match conn {
+        Some(c) => c.clone(),
+        None => zbus::Connection::system()
+            .await
+            .context("connecting to the system bus")?,
+    };
+    Ok(Systemd::Bus(Client::from_connection(conn).await?))
+}

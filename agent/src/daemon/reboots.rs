@@ -1,0 +1,212 @@
+//! Reboot coordination under the daemon: started once the node has its own credentials,
+//! restarted when `reboot.*` changes (never in the middle of a reboot), stopped when the
+//! strategy becomes `off`.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use futures_util::FutureExt;
+use nodectl_units::systemd::Systemd;
+
+use super::shared::{Shared, Trigger};
+use crate::config::{RebootPolicy, RebootStrategy, Settings};
+use crate::reboot::coordinator::{
+    zincati_id, Connector, KubeletActive, LeaseCoordinator, Policy, HOLDING_NOTHING,
+};
+use crate::root::Root;
+
+/// The running reboot coordination (FleetLock server or update_engine follower) and the
+/// settings it started with.
+pub(super) struct Reboots {
+    pub(super) task: tokio::task::JoinHandle<()>,
+    strategy: RebootStrategy,
+    policy: RebootPolicy,
+}
+
+/// After a pass: starts reboot coordination when wanted (and possible), and restarts it when
+/// `reboot.*` changed, but never in the middle of a reboot: a slot held in one namespace's Lease
+/// would be left behind by a coordinator started on another. Stops it when `reboot.strategy`
+/// became `off`.
+pub(super) async fn follow_settings(
+    current: Option<Reboots>,
+    root: &Root,
+    s: &Settings,
+    systemd: &Systemd,
+    shared: &Arc<Shared>,
+) -> Option<Reboots> {
+    if let Some(r) = current {
+        if r.strategy == s.reboot && r.policy == s.reboot_policy {
+            return Some(r);
+        }
+        let state = shared
+            .reboot
+            .lock()
+            .expect("reboot")
+            .as_ref()
+            .map(|c| c.status().state);
+        if let Some(st) = state.filter(|st| !HOLDING_NOTHING.contains(&st.as_str())) {
+            // (logged once: the flag is set until the coordination restarts)
+            if !shared.reboot_deferred.swap(true, Ordering::SeqCst) {
+                tracing::warn!(
+                    state = %st,
+                    "reboot settings changed; they apply once the reboot under way is over"
+                );
+            }
+            return Some(r);
+        }
+        tracing::info!("reboot settings changed: restarting reboot coordination");
+        shared.reboot_deferred.store(false, Ordering::SeqCst);
+        r.task.abort();
+        let _ = r.task.await;
+        *shared.reboot.lock().expect("reboot") = None;
+        super::metrics::write(root, shared).await;
+    }
+    match start(root, s, systemd, shared).await {
+        Ok(task) => {
+            let started = task.map(|task| Reboots {
+                task,
+                strategy: s.reboot,
+                policy: s.reboot_policy.clone(),
+            });
+            if started.is_some() {
+                super::metrics::write(root, shared).await;
+            }
+            started
+        }
+        Err(e) => {
+            tracing::error!("reboot coordination not started: {e:#}");
+            None
+        }
+    }
+}
+
+/// The coordinator's policy from the settings.
+fn policy(p: &RebootPolicy) -> Policy {
+    Policy {
+        namespace: p.namespace.clone(),
+        slots: p.group_slots as usize,
+        stale_after: Duration::from_secs(p.stale_after_secs),
+        drain_timeout: Duration::from_secs(p.drain_timeout_secs),
+        windows: p.windows.clone(),
+        time_zone: p.time_zone.clone(),
+        ..Policy::default()
+    }
+}
+
+/// The API client, with the node's kubeconfig (read again at each connect).
+fn connector(root: &Root, s: &Settings) -> Connector {
+    let (root, kubeconfig) = (root.clone(), s.kubeconfig.clone());
+    Arc::new(move || {
+        let (root, kubeconfig) = (root.clone(), kubeconfig.clone());
+        async move {
+            crate::kubeconfig::connect(&root, &kubeconfig, false)
+                .await
+                .map(|c| c.client)
+        }
+        .boxed()
+    })
+}
+
+/// Whether kubelet.service is active, as systemd says now.
+fn kubelet_active(systemd: &Systemd) -> KubeletActive {
+    let sd = systemd.clone();
+    Arc::new(move || {
+        let sd = sd.clone();
+        async move {
+            sd.state(nodectl_units::kubelet::KUBELET_UNIT)
+                .await
+                .is_ok_and(|st| st.active == "active")
+        }
+        .boxed()
+    })
+}
+
+/// The id requests are made with: Zincati's (from the machine-id) for FleetLock, the node name
+/// for update_engine (nodectld asks for itself).
+fn client_id(root: &Root, s: &Settings) -> anyhow::Result<String> {
+    if s.reboot != RebootStrategy::FleetLock {
+        return Ok(s.node_name.clone());
+    }
+    let mid_path = root.path("/etc/machine-id");
+    let mid = std::fs::read_to_string(&mid_path)
+        .with_context(|| format!("reading {}", mid_path.display()))?;
+    zincati_id(&mid).with_context(|| format!("{}: not 32 hexadecimal digits", mid_path.display()))
+}
+
+/// With a reboot strategy and the node's own credentials in place: serves FleetLock on
+/// `reboot.listen` for Zincati, or follows update_engine (Flatcar). `Ok(None)`: not (yet) wanted.
+async fn start(
+    root: &Root,
+    s: &Settings,
+    systemd: &Systemd,
+    shared: &Arc<Shared>,
+) -> anyhow::Result<Option<tokio::task::JoinHandle<()>>> {
+    if s.reboot == RebootStrategy::Off || !root.path(&s.kubeconfig).is_file() {
+        return Ok(None);
+    }
+    let id = client_id(root, s)?;
+    let c = Arc::new(LeaseCoordinator::new(
+        connector(root, s),
+        &s.node_name,
+        &id,
+        policy(&s.reboot_policy),
+        kubelet_active(systemd),
+    ));
+    {
+        let (root, shared) = (root.clone(), shared.clone());
+        c.set_on_change(Arc::new(move |state: &str| {
+            if HOLDING_NOTHING.contains(&state) && shared.reboot_deferred.load(Ordering::SeqCst) {
+                let _ = shared.wake.send(Trigger::Reboot);
+            }
+            let (root, shared) = (root.clone(), shared.clone());
+            tokio::spawn(async move { super::metrics::write(&root, &shared).await });
+        }));
+    }
+    if s.reboot == RebootStrategy::UpdateEngine {
+        return follow_update_engine(c, id, &s.reboot_policy.group, shared).await;
+    }
+    let listen = s.reboot_policy.listen;
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("listening on {listen} (reboot.listen)"))?;
+    c.set_endpoint(&format!("http://{listen}/"));
+    *shared.reboot.lock().expect("reboot") = Some(c.clone());
+    tracing::info!(%listen, id = %id, "serving FleetLock for Zincati on http://{listen}/ (client id {id})");
+    Ok(Some(tokio::spawn(crate::reboot::fleetlock::serve(
+        listener, c,
+    ))))
+}
+
+/// Flatcar: update_engine's reboots take a slot of `group` first.
+async fn follow_update_engine(
+    c: Arc<LeaseCoordinator>,
+    id: String,
+    group: &str,
+    shared: &Arc<Shared>,
+) -> anyhow::Result<Option<tokio::task::JoinHandle<()>>> {
+    let conn = zbus::Connection::system()
+        .await
+        .context("connecting to the system bus for update_engine")?;
+    let follower = crate::reboot::update_engine::Follower {
+        coordinator: c.clone(),
+        params: crate::reboot::fleetlock::ClientParams {
+            id,
+            group: group.to_string(),
+        },
+        retry: Duration::from_secs(60),
+        reboot: crate::reboot::update_engine::logind_reboot(conn.clone()),
+    };
+    c.set_endpoint("update_engine (D-Bus)");
+    *shared.reboot.lock().expect("reboot") = Some(c);
+    tracing::info!(
+        group = %group,
+        "following update_engine: reboots take a slot of group {group} first"
+    );
+    Ok(Some(tokio::spawn(async move {
+        if let Err(e) = follower.run(&conn).await {
+            tracing::error!("following update_engine stopped: {e:#}");
+        }
+    })))
+}

@@ -1,0 +1,154 @@
+//! What the daemon's parts share: the published status, the wake-up channel, the reboot
+//! coordination, what was learnt about the node's certificate; why a pass runs; the daemon's
+//! state.
+
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use futures_util::future::BoxFuture;
+use futures_util::FutureExt;
+use tokio::sync::{mpsc, Mutex};
+
+use crate::credentials::check::Facts;
+use crate::reboot::coordinator::LeaseCoordinator;
+use crate::status::Status;
+
+/// Why the daemon runs a pass.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Trigger {
+    /// nodectld started.
+    Startup,
+    /// `systemctl reload nodectld`.
+    Sighup,
+    /// A config fragment changed.
+    ConfigChange,
+    /// An input a pass waits for appeared or changed (a bundle, the bootstrap kubeconfig).
+    InputChange,
+    /// A root caller's `Converge`.
+    Dbus,
+    /// The hourly resync, or a recheck a step asked for.
+    Resync,
+    /// A certificate request running in the background ended, or the API server refused the
+    /// node's certificate.
+    Credentials,
+    /// A reboot ended while changed `reboot.*` settings waited for it.
+    Reboot,
+    /// One of the node's credential files changed (a label, a mode, an entry): someone else's
+    /// `chcon` or `:z` mount is undone at once, not at the next resync.
+    CredentialChange,
+}
+
+impl Trigger {
+    /// The name logs, status and metrics use.
+    pub fn name(self) -> &'static str {
+        match self {
+            Trigger::Startup => "startup",
+            Trigger::Sighup => "sighup",
+            Trigger::ConfigChange => "config-change",
+            Trigger::InputChange => "input-change",
+            Trigger::Dbus => "dbus",
+            Trigger::Resync => "resync",
+            Trigger::Credentials => "credentials",
+            Trigger::Reboot => "reboot",
+            Trigger::CredentialChange => "credential-change",
+        }
+    }
+
+    /// An operator asked for this pass: steps retry now what they left to a backoff.
+    pub(super) fn forced(self) -> bool {
+        matches!(self, Trigger::Sighup | Trigger::Dbus)
+    }
+
+    /// What the audit reads may have changed (or it is time to look again): the daemon
+    /// re-audits after such a pass, and keeps the last audit after the others.
+    pub(super) fn reaudits(self) -> bool {
+        !matches!(self, Trigger::Credentials | Trigger::Reboot)
+    }
+}
+
+/// The daemon's state (the bus property `State`, `daemon.state` in the status).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum State {
+    Starting,
+    Converging,
+    Ready,
+    Stopping,
+}
+
+impl State {
+    pub(super) fn as_str(self) -> &'static str {
+        match self {
+            State::Starting => "starting",
+            State::Converging => "converging",
+            State::Ready => "ready",
+            State::Stopping => "stopping",
+        }
+    }
+}
+
+/// State shared between the convergence loop, the bus and background tasks.
+pub(super) struct Shared {
+    pub(super) status: Mutex<Status>,
+    pub(super) wake: mpsc::UnboundedSender<Trigger>,
+    /// The reboot coordinator, once serving (its state is read at each GetStatus).
+    pub(super) reboot: std::sync::Mutex<Option<Arc<LeaseCoordinator>>>,
+    /// Changed `reboot.*` settings wait for the reboot under way to end.
+    pub(super) reboot_deferred: AtomicBool,
+    /// What the credentials check learnt, read by every pass.
+    pub(super) facts: Arc<Facts>,
+}
+
+impl Shared {
+    /// The status as of now: the last pass's, with the reboot coordination's current state.
+    pub(super) async fn snapshot(&self) -> Status {
+        let mut st = self.status.lock().await.clone();
+        if let Some(c) = self.reboot.lock().expect("reboot").as_ref() {
+            st.reboot = Some(c.status());
+        }
+        st
+    }
+
+    /// Records the daemon's state.
+    pub(super) async fn set_state(&self, state: State) {
+        self.status.lock().await.daemon.state = state.as_str().into();
+    }
+}
+
+impl crate::dbus::Backend for Shared {
+    fn status_json(&self) -> BoxFuture<'_, String> {
+        async move {
+            let st = self.snapshot().await;
+            serde_json::to_string(&st).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+        }
+        .boxed()
+    }
+
+    fn converge(&self) -> zbus::fdo::Result<()> {
+        self.wake
+            .send(Trigger::Dbus)
+            .map_err(|_| zbus::fdo::Error::Failed("nodectld is stopping".into()))
+    }
+
+    fn release_reboot_slot<'a>(
+        &'a self,
+        group: &'a str,
+        holder: &'a str,
+    ) -> BoxFuture<'a, zbus::fdo::Result<String>> {
+        async move {
+            let c = self.reboot.lock().expect("reboot").clone();
+            let Some(c) = c else {
+                return Err(zbus::fdo::Error::Failed(
+                    "nodectld does not serve FleetLock (reboot.strategy is not fleet-lock, or the node has no credentials yet)".into(),
+                ));
+            };
+            c.release_slot(group, holder)
+                .await
+                .map_err(|e| zbus::fdo::Error::Failed(e.to_string()))
+        }
+        .boxed()
+    }
+
+    fn state(&self) -> BoxFuture<'_, String> {
+        async move { self.status.lock().await.daemon.state.clone() }.boxed()
+    }
+}

@@ -1,0 +1,214 @@
+//! The inotify watches that wake the daemon: config directories, the inputs a pass waits for
+//! (the nearest existing parent while a path does not exist yet), the secrets inbox, and the
+//! node's credentials (a label or mode changed by someone else is put back at once).
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+
+use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, WatchDescriptor};
+use tokio::io::unix::AsyncFd;
+
+use super::shared::Trigger;
+use crate::config::{self, Settings};
+use crate::root::Root;
+
+/// What a watch is for, so unrelated events in a watched directory wake nothing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Interest {
+    /// A config.d directory: any `*.toml` entry.
+    ConfigDir,
+    /// A parent of a path that does not exist yet: only this entry name.
+    Entry(OsString, Trigger),
+    /// An input directory (the secrets inbox): any non-hidden entry.
+    AnyEntry(Trigger),
+    /// Credentials: a label or mode changed (IN_ATTRIB) or an entry removed, on this entry or
+    /// (`None`) any non-hidden one. nodectld's own writes (a hidden temp file renamed into
+    /// place, its label and mode set before) raise neither on the final name.
+    Altered(Option<OsString>, Trigger),
+}
+
+/// The inotify instance, owning its descriptor for its whole life (what AsyncFd requires).
+struct InotifyFd(Inotify);
+
+impl std::os::fd::AsRawFd for InotifyFd {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.0.as_fd().as_raw_fd()
+    }
+}
+
+/// The daemon's inotify instance and what each watch is for.
+pub(super) struct Watcher {
+    fd: AsyncFd<InotifyFd>,
+    watches: HashMap<WatchDescriptor, Vec<Interest>>,
+}
+
+impl Watcher {
+    pub(super) fn new() -> nix::Result<Self> {
+        let ino = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)?;
+        // SAFETY: InotifyFd owns the descriptor and always returns the same one until dropped
+        // together with the AsyncFd.
+        let fd = unsafe { AsyncFd::register(InotifyFd(ino)) }
+            .map_err(|e| nix::Error::from_raw(e.into_parts().1.raw_os_error().unwrap_or(0)))?;
+        Ok(Watcher {
+            fd,
+            watches: HashMap::new(),
+        })
+    }
+
+    /// Re-derives the watch list from the settings (new directories may exist now).
+    pub(super) fn update(&mut self, root: &Root, settings: Option<&Settings>) {
+        let mut want: Vec<(PathBuf, Interest)> = Vec::new();
+        for d in config::CONFIG_DIRS {
+            want.push(nearest(
+                root,
+                Path::new(d),
+                Interest::ConfigDir,
+                Trigger::ConfigChange,
+            ));
+        }
+        if let Some(s) = settings {
+            want.push(nearest_file(
+                root,
+                &s.bootstrap_kubeconfig,
+                Trigger::InputChange,
+            ));
+            let inbox = Interest::AnyEntry(Trigger::InputChange);
+            want.push(nearest(root, &s.secrets_inbox, inbox, Trigger::InputChange));
+            // The node kubeconfig and the key directory (the bootstrap kubeconfig is watched
+            // above): a label made container-readable is put back by the next pass, now.
+            let cred = Trigger::CredentialChange;
+            let kc = &s.kubeconfig;
+            if let (Some(dir), Some(name)) = (kc.parent(), kc.file_name()) {
+                if root.path(dir).is_dir() {
+                    let i = Interest::Altered(Some(name.to_os_string()), cred);
+                    want.push((root.path(dir), i));
+                }
+            }
+            let pki = Path::new(crate::credentials::CERT_DIR);
+            if root.path(pki).is_dir() {
+                want.push((root.path(pki), Interest::Altered(None, cred)));
+            }
+        }
+        let flags = AddWatchFlags::IN_CREATE
+            | AddWatchFlags::IN_MOVED_TO
+            | AddWatchFlags::IN_MOVED_FROM
+            | AddWatchFlags::IN_CLOSE_WRITE
+            | AddWatchFlags::IN_DELETE
+            | AddWatchFlags::IN_ATTRIB
+            | AddWatchFlags::IN_ONLYDIR;
+        // Re-adding a watched directory returns its existing descriptor: no gap in which an
+        // event could be lost. Descriptors no longer wanted are removed afterwards.
+        let mut next: HashMap<WatchDescriptor, Vec<Interest>> = HashMap::new();
+        for (dir, interest) in want {
+            match self.fd.get_ref().0.add_watch(&dir, flags) {
+                Ok(wd) => next.entry(wd).or_default().push(interest),
+                Err(e) => tracing::warn!(dir = %dir.display(), error = %e, "cannot watch"),
+            }
+        }
+        for wd in self.watches.keys() {
+            if !next.contains_key(wd) {
+                let _ = self.fd.get_ref().0.rm_watch(*wd);
+            }
+        }
+        self.watches = next;
+    }
+
+    /// The next event someone cares about.
+    pub(super) async fn next(&mut self) -> Trigger {
+        loop {
+            let mut guard = match self.fd.readable().await {
+                Ok(g) => g,
+                Err(e) => {
+                    tracing::error!(error = %e, "inotify");
+                    std::future::pending::<()>().await;
+                    unreachable!()
+                }
+            };
+            let events = match guard.try_io(|fd| {
+                fd.get_ref()
+                    .0
+                    .read_events()
+                    .map_err(|e| std::io::Error::from_raw_os_error(e as i32))
+            }) {
+                Ok(Ok(ev)) => ev,
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %e, "reading inotify events");
+                    continue;
+                }
+                Err(_would_block) => continue,
+            };
+            for ev in events {
+                let Some(interests) = self.watches.get(&ev.wd) else {
+                    continue;
+                };
+                let name = ev.name.unwrap_or_default();
+                let hidden = name.to_string_lossy().starts_with('.');
+                let altered = ev
+                    .mask
+                    .intersects(AddWatchFlags::IN_ATTRIB | AddWatchFlags::IN_DELETE);
+                for i in interests {
+                    match i {
+                        Interest::ConfigDir
+                            if !hidden && name.to_string_lossy().ends_with(".toml") =>
+                        {
+                            return Trigger::ConfigChange
+                        }
+                        Interest::Entry(n, t) if *n == name => return *t,
+                        Interest::AnyEntry(t) if !hidden && !name.is_empty() => return *t,
+                        Interest::Altered(n, t)
+                            if altered
+                                && !hidden
+                                && !name.is_empty()
+                                && n.as_ref().is_none_or(|n| *n == name) =>
+                        {
+                            return *t
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The directory to watch for `dir`: itself when it exists, else its nearest existing ancestor,
+/// watching for the next path component to appear.
+fn nearest(root: &Root, dir: &Path, interest: Interest, trigger: Trigger) -> (PathBuf, Interest) {
+    if root.path(dir).is_dir() {
+        return (root.path(dir), interest);
+    }
+    let mut child = dir;
+    let mut p = dir.parent();
+    while let Some(d) = p {
+        if root.path(d).is_dir() {
+            let name = child
+                .file_name()
+                .map(|n| n.to_os_string())
+                .unwrap_or_default();
+            return (root.path(d), Interest::Entry(name, trigger));
+        }
+        child = d;
+        p = d.parent();
+    }
+    (root.path("/"), Interest::Entry(OsString::new(), trigger))
+}
+
+/// Watch for a file: its directory (for its name) when that exists.
+fn nearest_file(root: &Root, file: &Path, trigger: Trigger) -> (PathBuf, Interest) {
+    let dir = file.parent().unwrap_or(Path::new("/"));
+    if root.path(dir).is_dir() {
+        let name = file
+            .file_name()
+            .map(|n| n.to_os_string())
+            .unwrap_or_default();
+        return (root.path(dir), Interest::Entry(name, trigger));
+    }
+    nearest(
+        root,
+        dir,
+        Interest::Entry(OsString::new(), trigger),
+        trigger,
+    )
+}
