@@ -287,8 +287,8 @@ fn strip_literals(line: &str) -> String {
             '\'' => {
                 // A char literal ('{', '\'', '\n') or a lifetime ('a): skip a literal whole.
                 let rest: String = chars.clone().take(3).collect();
-                if rest.starts_with('\\') {
-                    let n = rest[1..].find('\'').map_or(0, |p| p + 2);
+                if let Some(esc) = rest.strip_prefix('\\') {
+                    let n = esc.find('\'').map_or(0, |p| p + 2);
                     for _ in 0..n {
                         chars.next();
                     }

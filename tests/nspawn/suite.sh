@@ -181,9 +181,14 @@ passes=$(nodectl status --json | jq .daemon.passes)
 check "SIGHUP is delivered" systemctl kill -s HUP nodectld.service
 check "SIGHUP runs a pass" wait_until 10 sh -c "nodectl status --json | jq -e '.daemon.passes > $passes and .daemon.last_pass.trigger == \"sighup\"'"
 restarts=$(nodectl status --json | jq .systemd_calls.restart)
+passes=$(nodectl status --json | jq .daemon.passes)
 printf '[kubelet]\nimage = "quay.io/poseidon/kubelet:v1.36.2"\n' >/etc/nodectl/config.d/20-image.toml
 check "config change rewrites the image drop-in" wait_until 10 grep -q v1.36.2 /etc/systemd/system/kubelet.service.d/00-nodectl-image.conf
 check "kubelet runs the new definition" wait_until 10 sh -c '[ "$(systemctl show -p ActiveState --value kubelet.service)" = active ] && systemctl show -p Environment --value kubelet.service | grep -q v1.36.2'
+# The counts are published when the pass ends, and systemd shows the new definition (after the
+# reload) before the restart: wait for the config-change pass to be published, then count.
+check "the config-change pass is published" wait_until 10 sh -c \
+  "nodectl status --json | jq -e '.daemon.passes > $passes and .daemon.last_pass.trigger == \"config-change\" and .daemon.state == \"ready\"'"
 expect "kubelet restarted exactly once" "$(nodectl status --json | jq .systemd_calls.restart)" "$((restarts + 1))"
 expect "status shows the image systemd has loaded" "$(nodectl status --json | jq -r .kubelet_image)" quay.io/poseidon/kubelet:v1.36.2
 check "stop is clean" systemctl stop nodectld.service
