@@ -17,7 +17,7 @@ fn lookup(root: &Root, files: &[&str], name: &str) -> Option<u32> {
 
 /// A user or group a bundle names that the node does not have.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
-pub enum AccountError {
+pub(crate) enum AccountError {
     /// No such user.
     #[error("user {0:?} not found in /etc/passwd or /usr/lib/passwd")]
     User(String),
@@ -27,7 +27,7 @@ pub enum AccountError {
 }
 
 /// uid and gid (the group of the same name) of `name`. `root` is always 0:0.
-pub fn resolve(root: &Root, name: &str) -> Result<(u32, u32), AccountError> {
+pub(crate) fn resolve(root: &Root, name: &str) -> Result<(u32, u32), AccountError> {
     if name == "root" {
         return Ok((0, 0));
     }

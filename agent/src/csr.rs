@@ -14,15 +14,21 @@
 use base64::Engine as _;
 use rcgen::{CertificateParams, DnType, KeyPair, PublicKeyData, PKCS_ECDSA_P256_SHA256};
 
+/// The signer of kubelet client certificates, named in every request.
 pub const SIGNER: &str = "kubernetes.io/kube-apiserver-client-kubelet";
+/// The key usages every request asks for (those of a kubelet client certificate).
 pub const USAGES: [&str; 3] = ["digital signature", "key encipherment", "client auth"];
-pub const ORGANIZATION: &str = "system:nodes";
+pub(crate) const ORGANIZATION: &str = "system:nodes";
 
+/// Why a key or certificate request could not be made.
 #[derive(Debug, thiserror::Error)]
 pub enum CsrError {
+    /// rcgen failed to generate or read the key, or to build or encode the request.
     #[error("{what}: {source}")]
     Rcgen {
+        /// What nodectl was doing, e.g. "reading the private key".
         what: &'static str,
+        /// rcgen's error.
         source: rcgen::Error,
     },
 }
@@ -32,7 +38,7 @@ fn rc(what: &'static str) -> impl FnOnce(rcgen::Error) -> CsrError {
 }
 
 /// `system:node:<name>`: the user a node's certificate authenticates as.
-pub fn common_name(node_name: &str) -> String {
+pub(crate) fn common_name(node_name: &str) -> String {
     format!("system:node:{node_name}")
 }
 
@@ -41,7 +47,7 @@ pub fn generate_key() -> Result<KeyPair, CsrError> {
     KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).map_err(rc("generating an ECDSA P-256 key"))
 }
 
-pub fn load_key(pem: &str) -> Result<KeyPair, CsrError> {
+pub(crate) fn load_key(pem: &str) -> Result<KeyPair, CsrError> {
     KeyPair::from_pem(pem).map_err(rc("reading the private key"))
 }
 
@@ -67,7 +73,7 @@ pub fn request_pem(key: &KeyPair, node_name: &str) -> Result<String, CsrError> {
 /// The request's name, as upstream's `digestedName`: SHA-512/256 over base64url(x) + "|" for x in
 /// [the public key's PKIX DER, CN, each O, each usage]; `node-csr-` + base64url(hash). The same
 /// key, subject and usages always give the same name.
-pub fn digested_name(
+pub(crate) fn digested_name(
     public_key_spki_der: &[u8],
     cn: &str,
     orgs: &[&str],

@@ -8,14 +8,12 @@ use futures_util::future::BoxFuture;
 use zbus::message::Header;
 
 /// nodectld's well-known name on the system bus.
-pub const BUS_NAME: &str = "org.nodectl.Agent1";
+pub(crate) const BUS_NAME: &str = "org.nodectl.Agent1";
 /// The agent's object.
-pub const OBJECT_PATH: &str = "/org/nodectl/Agent1";
-/// The agent's interface.
-pub const INTERFACE: &str = "org.nodectl.Agent1";
+pub(crate) const OBJECT_PATH: &str = "/org/nodectl/Agent1";
 
 /// What the interface serves; the daemon implements it.
-pub trait Backend: Send + Sync {
+pub(crate) trait Backend: Send + Sync {
     /// The whole status as JSON.
     fn status_json(&self) -> BoxFuture<'_, String>;
     /// Runs a pass now.
@@ -31,7 +29,7 @@ pub trait Backend: Send + Sync {
 }
 
 /// The object at [`OBJECT_PATH`].
-pub struct Agent {
+pub(crate) struct Agent {
     /// What it serves.
     pub backend: Arc<dyn Backend>,
 }
@@ -93,6 +91,8 @@ async fn caller_uid(hdr: &Header<'_>, conn: &zbus::Connection) -> zbus::fdo::Res
     dbus.get_connection_unix_user(sender.clone().into()).await
 }
 
+/// Client side of nodectld's `org.nodectl.Agent1` D-Bus interface on the system bus, as
+/// `nodectl` uses it.
 #[zbus::proxy(
     interface = "org.nodectl.Agent1",
     default_service = "org.nodectl.Agent1",

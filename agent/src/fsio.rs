@@ -17,10 +17,15 @@ use crate::root::Root;
 /// A file as it should be. `path` is the path on the node (the root is applied by [`Writer`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FileSpec {
+    /// The node path of the file.
     pub path: PathBuf,
+    /// The full content.
     pub content: Vec<u8>,
+    /// Permission bits, e.g. 0o600.
     pub mode: u32,
+    /// Owning user id (set and compared only when nodectl runs as root).
     pub uid: u32,
+    /// Owning group id (set and compared only when nodectl runs as root).
     pub gid: u32,
     /// `None`: the policy's default for the path (what restorecon would set).
     pub label: Option<Context>,
@@ -39,6 +44,7 @@ impl FileSpec {
         }
     }
 
+    /// Uses this SELinux label instead of the policy's default.
     pub fn label(mut self, ctx: Context) -> Self {
         self.label = Some(ctx);
         self
@@ -48,14 +54,20 @@ impl FileSpec {
 /// A directory as it should be.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DirSpec {
+    /// The node path of the directory.
     pub path: PathBuf,
+    /// Permission bits, e.g. 0o755.
     pub mode: u32,
+    /// Owning user id (set and compared only when nodectl runs as root).
     pub uid: u32,
+    /// Owning group id (set and compared only when nodectl runs as root).
     pub gid: u32,
+    /// `None`: the policy's default for the path (what restorecon would set).
     pub label: Option<Context>,
 }
 
 impl DirSpec {
+    /// A root-owned directory with the policy's default label.
     pub fn new(path: impl Into<PathBuf>, mode: u32) -> Self {
         DirSpec {
             path: path.into(),
@@ -70,11 +82,17 @@ impl DirSpec {
 /// What differs between a path on disk and its spec. Empty: nothing to do.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Diff {
+    /// The path does not exist; the other fields are then unset.
     pub missing: bool,
+    /// The content differs (always set when something other than a regular file is in the place).
     pub content: bool,
+    /// Something other than a regular file, e.g. a directory or symlink, is at the path.
     pub not_a_regular_file: bool,
+    /// Mode bits as found and as wanted.
     pub mode: Option<(u32, u32)>,
+    /// Owner (uid, gid) as found and as wanted.
     pub owner: Option<((u32, u32), (u32, u32))>,
+    /// SELinux label as found (`None`: no label) and as wanted.
     pub label: Option<(Option<Context>, Context)>,
 }
 
@@ -86,6 +104,7 @@ impl Diff {
         }
     }
 
+    /// True when the path already matches its spec.
     pub fn is_empty(&self) -> bool {
         *self == Diff::default()
     }
@@ -117,19 +136,28 @@ impl fmt::Display for Diff {
     }
 }
 
+/// What a write or ensure_dir did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Outcome {
+    /// The path already matched its spec; nothing was touched.
     Unchanged,
+    /// The path did not exist and was created.
     Created,
+    /// The content differed and the file was replaced with a new one.
     Replaced,
+    /// The content was right; only mode, owner or label were fixed in place.
     MetadataFixed,
 }
 
+/// A filesystem operation that failed on a path.
 #[derive(Debug, thiserror::Error)]
 #[error("{path}: {op}: {source}")]
 pub struct WriteError {
+    /// The path on this machine (under the root) the operation was on.
     pub path: PathBuf,
+    /// The operation that failed, e.g. "rename" or "fchown".
     pub op: String,
+    /// The underlying I/O error.
     #[source]
     pub source: io::Error,
 }
@@ -164,6 +192,7 @@ pub struct Writer<'a> {
 }
 
 impl<'a> Writer<'a> {
+    /// A writer for `root` that sets owners only when nodectl runs as root.
     pub fn new(root: &'a Root, labeler: &'a Labeler) -> Self {
         Writer {
             root,
@@ -172,10 +201,12 @@ impl<'a> Writer<'a> {
         }
     }
 
+    /// The root the writer writes under.
     pub fn root(&self) -> &Root {
         self.root
     }
 
+    /// The labeler that sets SELinux labels.
     pub fn labeler(&self) -> &Labeler {
         self.labeler
     }
@@ -342,6 +373,8 @@ impl<'a> Writer<'a> {
         Ok(())
     }
 
+    /// What would change to make the directory match `spec`. Reads only; fails when something
+    /// other than a directory is at the path.
     pub fn check_dir(&self, spec: &DirSpec) -> Result<Diff, WriteError> {
         let (real, Some(meta)) = self.stat(&spec.path)? else {
             return Ok(Diff::missing());

@@ -7,10 +7,13 @@ use serde::{Deserialize, Serialize};
 use crate::root::Root;
 use nodectl_selinux::{HostSelinux, Mode};
 
+/// The operating system family, from os-release `ID` (and `VARIANT_ID`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Os {
+    /// Fedora CoreOS (`ID=fedora`, `VARIANT_ID=coreos`).
     FedoraCoreos,
+    /// Flatcar Container Linux (`ID=flatcar`).
     Flatcar,
     /// CoreOS Container Linux: end of life since May 2020; refused.
     ContainerLinux,
@@ -18,27 +21,39 @@ pub enum Os {
     Generic,
 }
 
+/// The host nodectl runs on: its OS and SELinux state.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Host {
+    /// The OS family.
     pub os: Os,
     /// `PRETTY_NAME` (or `NAME`) from os-release.
     pub name: String,
+    /// `VERSION_ID` (or `VERSION`) from os-release; empty when unknown.
     pub version: String,
     /// Which os-release file was read.
     pub os_release: Option<String>,
+    /// The SELinux state: mode, MLS, policy type.
     pub selinux: HostSelinux,
 }
 
+/// Why the host could not be detected or is refused.
 #[derive(Debug, thiserror::Error)]
 pub enum HostError {
+    /// The host is CoreOS Container Linux, which nodectl refuses.
     #[error("{file}: this is CoreOS Container Linux ({version}), end-of-life since May 2020 and no longer updated. Migrate the node to Flatcar Container Linux (its direct successor, in-place update path) or Fedora CoreOS.")]
-    EndOfLife { file: String, version: String },
+    EndOfLife {
+        /// The os-release file that says so.
+        file: String,
+        /// Its `VERSION_ID` (or `VERSION`).
+        version: String,
+    },
+    /// os-release or selinuxfs could not be read.
     #[error("{0}")]
     Io(String),
 }
 
 /// Parses os-release (`KEY=value`, values optionally quoted).
-pub fn parse_os_release(text: &str) -> BTreeMap<String, String> {
+pub(crate) fn parse_os_release(text: &str) -> BTreeMap<String, String> {
     text.lines()
         .filter_map(|l| {
             let l = l.trim();
@@ -57,7 +72,7 @@ pub fn parse_os_release(text: &str) -> BTreeMap<String, String> {
         .collect()
 }
 
-pub fn classify(fields: &BTreeMap<String, String>) -> Os {
+pub(crate) fn classify(fields: &BTreeMap<String, String>) -> Os {
     let id = fields.get("ID").map(String::as_str).unwrap_or("");
     let variant = fields.get("VARIANT_ID").map(String::as_str).unwrap_or("");
     match (id, variant) {
@@ -125,6 +140,7 @@ impl Host {
         Host::with_os(Os::Generic)
     }
 
+    /// A host of the given OS without SELinux (tests).
     pub fn with_os(os: Os) -> Host {
         Host {
             os,

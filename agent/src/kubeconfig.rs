@@ -13,10 +13,13 @@ use kube::config::Kubeconfig;
 
 use crate::root::Root;
 
+/// A kubeconfig that cannot be read, parsed or used.
 #[derive(Debug, thiserror::Error)]
 #[error("{file}: {message}")]
 pub struct KubeconfigError {
+    /// The kubeconfig's path.
     pub file: String,
+    /// What is wrong with it.
     pub message: String,
 }
 
@@ -52,7 +55,7 @@ pub fn parse(text: &str, file: &Path) -> Result<Kubeconfig, KubeconfigError> {
 
 /// The cluster kubelet would use: the current context's, else the only context's, else the only
 /// cluster.
-pub fn cluster<'k>(
+pub(crate) fn cluster<'k>(
     kc: &'k Kubeconfig,
     file: &Path,
 ) -> Result<&'k kube::config::NamedCluster, KubeconfigError> {
@@ -93,7 +96,7 @@ pub fn cluster<'k>(
 }
 
 /// A client for a kubeconfig on the node, with what it talks to.
-pub struct Connection {
+pub(crate) struct Connection {
     pub client: kube::Client,
     pub server: String,
     /// The cluster CA (PEM): the only trust root.
@@ -104,7 +107,7 @@ pub struct Connection {
 /// certificate and key files (node paths, links followed) read through the root and handed to
 /// the client as data. `retry`: kube's retries of 429/503/504 (off for the Eviction API, whose
 /// 429 is an answer).
-pub async fn connect(
+pub(crate) async fn connect(
     root: &Root,
     node_path: &Path,
     retry: bool,
@@ -171,7 +174,7 @@ pub enum ClientError {
 
 /// The cluster CA certificates (PEM) of the kubeconfig at `node_path`: from
 /// `certificate-authority-data`, or the `certificate-authority` file (relative to the kubeconfig).
-pub fn cluster_ca(root: &Root, node_path: &Path) -> Result<Vec<u8>, KubeconfigError> {
+pub(crate) fn cluster_ca(root: &Root, node_path: &Path) -> Result<Vec<u8>, KubeconfigError> {
     let real = root.path(node_path);
     let text =
         std::fs::read_to_string(&real).map_err(|e| err(node_path, format!("cannot read: {e}")))?;

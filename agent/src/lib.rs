@@ -4,8 +4,10 @@
 //! (files: [`fsio`], systemd: `nodectl_units::systemd`, the bus: [`dbus`]). Every path goes
 //! through a [`root::Root`]. See docs/architecture.md.
 
-pub mod accounts;
-pub mod audit;
+#![deny(missing_docs)]
+
+mod accounts;
+mod audit;
 pub mod cli;
 pub mod config;
 pub mod credentials;
@@ -18,9 +20,9 @@ pub mod host;
 pub mod kubeconfig;
 pub mod load;
 pub mod logging;
-pub mod memory;
+mod memory;
 pub mod reboot;
 pub mod root;
-pub mod status;
+mod status;
 pub mod steps;
 pub mod util;

@@ -4,16 +4,19 @@ use crate::config::{self, ConfigError, Settings};
 use crate::host::{Host, HostError};
 use crate::root::Root;
 
+/// Why the host or the settings could not be loaded.
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
+    /// The host could not be detected or is refused.
     #[error(transparent)]
     Host(#[from] HostError),
+    /// The settings fragments could not be read or are invalid.
     #[error(transparent)]
     Config(#[from] ConfigError),
 }
 
 /// The hostname: `<root>/etc/hostname` when present (a node's static name), else the kernel's.
-pub fn hostname(root: &Root) -> String {
+pub(crate) fn hostname(root: &Root) -> String {
     std::fs::read_to_string(root.path("/etc/hostname"))
         .ok()
         .map(|s| s.trim().to_string())
@@ -26,10 +29,13 @@ pub fn hostname(root: &Root) -> String {
         .unwrap_or_else(|| "localhost".into())
 }
 
+/// Detects the host under `root` (see [`Host::detect`]).
 pub fn host(root: &Root) -> Result<Host, LoadError> {
     Ok(Host::detect(root)?)
 }
 
+/// Reads, merges and validates the settings under `root`, with the host's defaults and the
+/// hostname as the default node name.
 pub fn settings(root: &Root, host: &Host) -> Result<Settings, LoadError> {
     let merged = config::load(root)?;
     Ok(Settings::validate(&merged, host, &hostname(root))?)

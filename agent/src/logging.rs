@@ -5,6 +5,8 @@ use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{fmt, EnvFilter};
 
+/// Sets up logging: journald when stderr is the journal, stderr otherwise; the filter comes from
+/// `NODECTL_LOG`, else `default_level`.
 pub fn init(default_level: &str) {
     let filter =
         EnvFilter::try_from_env("NODECTL_LOG").unwrap_or_else(|_| EnvFilter::new(default_level));

@@ -5,7 +5,7 @@
 /// file_contexts handle alone is over 10 MiB of small allocations), and glibc's allocator keeps
 /// freed heap pages mapped: without this, nodectld's idle RSS would be its busiest moment's
 /// (the VM tier's K5 measures it).
-pub fn release_freed() {
+pub(crate) fn release_freed() {
     #[cfg(target_env = "gnu")]
     // SAFETY: malloc_trim takes no pointers; it only walks the allocator's own free lists.
     unsafe {
@@ -14,7 +14,7 @@ pub fn release_freed() {
 }
 
 /// (resident, anonymous) bytes of this process, from `/proc/self/smaps_rollup`.
-pub fn resident() -> Option<(u64, u64)> {
+pub(crate) fn resident() -> Option<(u64, u64)> {
     let s = std::fs::read_to_string("/proc/self/smaps_rollup").ok()?;
     let kb = |key: &str| -> Option<u64> {
         s.lines()

@@ -2,22 +2,27 @@
 
 use std::path::{Path, PathBuf};
 
+/// The directory that stands for `/`; every node path is resolved under it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Root(PathBuf);
 
 impl Root {
+    /// A root at `p`.
     pub fn new(p: impl Into<PathBuf>) -> Self {
         Root(p.into())
     }
 
+    /// The node's own `/`.
     pub fn host() -> Self {
         Root(PathBuf::from("/"))
     }
 
+    /// True when the root is `/`, i.e. nodectl works on the real node.
     pub fn is_host(&self) -> bool {
         self.0 == Path::new("/")
     }
 
+    /// The root directory itself.
     pub fn dir(&self) -> &Path {
         &self.0
     }

@@ -2,8 +2,14 @@
 # run-in-vm.sh SCRIPT [FILE...] [-- ARG...]: boot the test VM (QEMU TCG; SELinux enforcing with
 # MCS, udev, podman) and run SCRIPT ARG... in it as root (unconfined_t). Files are copied to /test
 # (a 9p share).
-# Exit status: SCRIPT's (124 timeout, 125 harness error). The disk is attached snapshot=on, so the
-# cached image is never modified. Env: VM_CACHE, VM_MEM=2048, VM_CPUS=2, VM_TIMEOUT=900, KEEP=1.
+# Exit status: SCRIPT's (124 timeout, 125 harness error, 126 every boot hung). The disk is attached
+# snapshot=on, so the cached image is never modified. Env: VM_CACHE, VM_MEM=2048, VM_CPUS=2,
+# VM_TIMEOUT=900, KEEP=1, VM_APPEND (extra kernel parameters).
+# A boot that hangs (the runner's TESTRUNNER-START not seen within VM_BOOT_TIMEOUT=150 s: TCG
+# boots take 20-40 s here; about one in six used to stall in RCU forever) is killed, its console
+# tail shown, and the VM booted again, at most VM_BOOT_RETRIES=2 more times. A suite that started
+# is never retried, whatever its result. Each retry is logged as "VM-BOOT-RETRY" (the test
+# command's summary counts them).
 # /dev/kvm here is PVM-backed and cannot run a stock kernel: TCG is used.
 set -euo pipefail
 VM_CACHE=${VM_CACHE:-/var/cache/nodectl-vm}
@@ -24,21 +30,53 @@ install -m 0755 "$script" "$share/run-script"
 quoted=""
 [ ${#args[@]} -eq 0 ] || quoted=$(printf ' %q' "${args[@]}")
 printf 'exec bash /test/run-script%s\n' "$quoted" >"$share/run.sh"
-append="root=/dev/vda rw console=ttyS0 security=selinux selinux=1 enforcing=1 nodectl.test=1 panic=-1 quiet loglevel=4 systemd.show_status=0"
-# One NIC on an isolated QEMU hub with no host backend: no traffic leaves the VM.
+append="root=/dev/vda rw console=ttyS0 security=selinux selinux=1 enforcing=1 nodectl.test=1 panic=-1 quiet loglevel=4 systemd.show_status=0 ${VM_APPEND:-}"
+boot_timeout=${VM_BOOT_TIMEOUT:-150}
+retries=${VM_BOOT_RETRIES:-2}
+
+# One boot: QEMU in the background, watched until the runner starts (then until it ends or the
+# whole timeout). Returns QEMU's status, or 200 for a hung boot (QEMU killed).
+boot() {
+  rm -rf "$share/out"; : >"$work/console.log"; : >"$work/runner.log"
+  # One NIC on an isolated QEMU hub with no host backend: no traffic leaves the VM.
+  timeout "${VM_TIMEOUT:-900}" qemu-system-x86_64 -accel tcg,thread=multi,tb-size=512 -cpu max -machine q35 \
+    -m "${VM_MEM:-2048}" -smp "${VM_CPUS:-2}" -display none -monitor none -no-reboot \
+    -kernel "$VM_CACHE/vmlinuz" -initrd "$VM_CACHE/initrd.img" -append "$append" \
+    -drive "file=$VM_CACHE/disk.raw,format=raw,if=virtio,snapshot=on,cache=unsafe" \
+    -virtfs "local,path=$share,mount_tag=testshare,security_model=none,id=testshare" \
+    -netdev hubport,id=n0,hubid=0 -device virtio-net-pci,netdev=n0,mac=52:54:00:12:34:56 \
+    -serial "file:$work/console.log" -serial "file:$work/runner.log" \
+    -object rng-random,filename=/dev/urandom,id=rng0 -device virtio-rng-pci,rng=rng0 2>"$work/qemu.stderr" &
+  local pid=$! start=$SECONDS
+  while kill -0 "$pid" 2>/dev/null; do
+    if grep -q TESTRUNNER-START "$work/runner.log" 2>/dev/null; then
+      wait "$pid"; return $?
+    fi
+    if [ $((SECONDS - start)) -ge "$boot_timeout" ]; then
+      kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
+      return 200
+    fi
+    sleep 1
+  done
+  wait "$pid"
+}
+
 set +e
-timeout "${VM_TIMEOUT:-900}" qemu-system-x86_64 -accel tcg,thread=multi,tb-size=512 -cpu max -machine q35 \
-  -m "${VM_MEM:-2048}" -smp "${VM_CPUS:-2}" -display none -monitor none -no-reboot \
-  -kernel "$VM_CACHE/vmlinuz" -initrd "$VM_CACHE/initrd.img" -append "$append" \
-  -drive "file=$VM_CACHE/disk.raw,format=raw,if=virtio,snapshot=on,cache=unsafe" \
-  -virtfs "local,path=$share,mount_tag=testshare,security_model=none,id=testshare" \
-  -netdev hubport,id=n0,hubid=0 -device virtio-net-pci,netdev=n0,mac=52:54:00:12:34:56 \
-  -serial "file:$work/console.log" -serial "file:$work/runner.log" \
-  -object rng-random,filename=/dev/urandom,id=rng0 -device virtio-rng-pci,rng=rng0 2>"$work/qemu.stderr"
-qrc=$?
+attempt=1
+while :; do
+  boot; qrc=$?
+  [ "$qrc" = 200 ] || break
+  echo "VM-BOOT-RETRY boot $attempt hung: no TESTRUNNER-START within ${boot_timeout}s; console tail:" >&2
+  tail -15 "$work/console.log" | sed 's/^/  | /' >&2
+  if [ "$attempt" -gt "$retries" ]; then
+    echo "VM-BOOT-HUNG every boot hung ($attempt)" >&2
+    break
+  fi
+  attempt=$((attempt + 1))
+done
 set -e
 [ -f "$share/out/output.log" ] && cat "$share/out/output.log"
-rc=125; [ -f "$share/out/rc" ] && rc=$(cat "$share/out/rc"); [ $qrc = 124 ] && rc=124
+rc=125; [ -f "$share/out/rc" ] && rc=$(cat "$share/out/rc"); [ $qrc = 124 ] && rc=124; [ $qrc = 200 ] && rc=126
 {
   [ -f "$share/out/boot.txt" ] && sed 's/^/---- boot: /' "$share/out/boot.txt"
   if [ -s "$share/out/avc.log" ]; then

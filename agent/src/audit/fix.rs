@@ -7,7 +7,7 @@ use super::{Finding, Remedy};
 use crate::fsio::Writer;
 
 /// Applies the safe remedies, logging each; returns what was done.
-pub fn fix(w: &Writer, findings: &[Finding]) -> Vec<String> {
+pub(crate) fn fix(w: &Writer, findings: &[Finding]) -> Vec<String> {
     let mut done = Vec::new();
     for f in findings {
         let r = match &f.remedy {

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-pub use fix::fix;
+pub(crate) use fix::fix;
 
 use crate::config::Settings;
 use crate::root::Root;
@@ -54,7 +54,7 @@ pub struct Finding {
 }
 
 /// Every check: (id, severity, what it finds). docs/security.md lists them too.
-pub const CHECKS: &[(&str, Severity, &str)] = &[
+pub(crate) const CHECKS: &[(&str, Severity, &str)] = &[
     ("etcd-credentials-on-worker", Severity::High, "etcd client or server keys/certificates on a worker (known etcd paths, or issued by the etcd CA)"),
     ("shared-etcd-kubernetes-ca", Severity::High, "the etcd CA and the Kubernetes CA are the same certificate or key, or the kubelet's certificate was issued by the etcd CA"),
     ("apiserver-admission", Severity::High, "kube-apiserver without NodeRestriction in --enable-admission-plugins"),
@@ -95,7 +95,7 @@ fn finding(
 
 /// Runs every check against the node at `root` (read only). `label_of` reads a file's SELinux
 /// context (None where SELinux is absent).
-pub fn audit(
+pub(crate) fn audit(
     root: &Root,
     settings: &Settings,
     os_release: &str,
@@ -113,12 +113,12 @@ pub fn audit(
 }
 
 /// The checks that need no settings (the OS).
-pub fn audit_os(os_release: &str) -> Vec<Finding> {
+pub(crate) fn audit_os(os_release: &str) -> Vec<Finding> {
     checks::os(os_release)
 }
 
 /// The node's os-release (`/etc`, then `/usr/lib`), empty when neither is readable.
-pub fn os_release(root: &Root) -> String {
+pub(crate) fn os_release(root: &Root) -> String {
     ["/etc/os-release", "/usr/lib/os-release"]
         .iter()
         .find_map(|p| std::fs::read_to_string(root.path(p)).ok())
@@ -126,7 +126,7 @@ pub fn os_release(root: &Root) -> String {
 }
 
 /// The audit of the node at `root`, with its own os-release and the labels on disk.
-pub fn run_on(root: &Root, settings: &Settings) -> Vec<Finding> {
+pub(crate) fn run_on(root: &Root, settings: &Settings) -> Vec<Finding> {
     let label_of = |p: &Path| {
         nodectl_selinux::relabel::stored_label(&root.path(p))
             .ok()
@@ -136,7 +136,7 @@ pub fn run_on(root: &Root, settings: &Settings) -> Vec<Finding> {
 }
 
 /// The exit code scripts gate on: 0 clean, 2 medium/low findings only, 3 a high finding.
-pub fn exit_code(findings: &[Finding]) -> i32 {
+pub(crate) fn exit_code(findings: &[Finding]) -> i32 {
     match findings.iter().map(|f| f.severity).max() {
         None => 0,
         Some(Severity::High) => 3,
@@ -145,7 +145,7 @@ pub fn exit_code(findings: &[Finding]) -> i32 {
 }
 
 /// For people: one block per finding.
-pub fn render(findings: &[Finding]) -> String {
+pub(crate) fn render(findings: &[Finding]) -> String {
     use std::fmt::Write as _;
     let mut o = String::new();
     if findings.is_empty() {

@@ -17,6 +17,7 @@ use crate::root::Root;
 use crate::status::{self, Status};
 use crate::{load, steps};
 
+/// The `nodectl` command line.
 #[derive(Parser, Debug)]
 #[command(
     name = "nodectl",
@@ -28,10 +29,12 @@ pub struct Cli {
     /// <root>/run/nodectl/offline-systemd.json).
     #[arg(long, global = true, default_value = "/")]
     pub root: PathBuf,
+    /// The command to run.
     #[command(subcommand)]
     pub command: Command,
 }
 
+/// The `nodectl` commands.
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Show the agent, the host and every step (asks nodectld over D-Bus; reads the disk when it
@@ -43,6 +46,7 @@ pub enum Command {
     },
     /// Show what a pass would change and why. Changes nothing.
     Plan {
+        /// Machine-readable output.
         #[arg(long)]
         json: bool,
         /// Exit 2 when changes are pending (0: none, 1: error).
@@ -51,6 +55,7 @@ pub enum Command {
     },
     /// Run one convergence pass here (without the daemon).
     Apply {
+        /// Machine-readable output.
         #[arg(long)]
         json: bool,
     },
@@ -59,6 +64,7 @@ pub enum Command {
     /// Check the node against a security review's node-level findings (docs/security.md).
     /// Exit 0: none; 2: medium or low only; 3: a high finding; 1: error.
     Audit {
+        /// Machine-readable output.
         #[arg(long)]
         json: bool,
         /// Apply the safe fixes (remove etcd credentials from a worker, fix key modes and
@@ -68,17 +74,20 @@ pub enum Command {
     },
     /// The group's reboot lock (a Lease; docs/reboot.md).
     RebootLock {
+        /// What to do with the lock.
         #[command(subcommand)]
         action: RebootLockAction,
     },
 }
 
+/// What to do with the reboot lock.
 #[derive(Subcommand, Debug)]
 pub enum RebootLockAction {
     /// Free a stuck slot (root only): a holder whose update failed, a node gone for good.
     Release {
         /// The holder: its FleetLock client id or its node name.
         holder: String,
+        /// The reboot group the slot is in.
         #[arg(long, default_value = "default")]
         group: String,
     },

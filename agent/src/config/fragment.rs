@@ -155,7 +155,7 @@ pub(crate) struct SelinuxSection {
 
 /// Finds the fragments in effect under `root`, in merge order. A file name seen in a later
 /// directory replaces the earlier one; a symlink to /dev/null or an empty file masks.
-pub fn fragment_files(root: &Root) -> Result<Vec<PathBuf>, ConfigError> {
+pub(crate) fn fragment_files(root: &Root) -> Result<Vec<PathBuf>, ConfigError> {
     let mut by_name: BTreeMap<String, PathBuf> = BTreeMap::new();
     for dir in CONFIG_DIRS {
         let real = root.path(dir);
@@ -183,7 +183,7 @@ pub fn fragment_files(root: &Root) -> Result<Vec<PathBuf>, ConfigError> {
 }
 
 /// Reads and merges every fragment under `root`.
-pub fn load(root: &Root) -> Result<Merged, ConfigError> {
+pub(crate) fn load(root: &Root) -> Result<Merged, ConfigError> {
     let mut merged = Merged::default();
     for file in fragment_files(root)? {
         let text = std::fs::read_to_string(&file)

@@ -13,17 +13,17 @@ use crate::host::{Host, Os};
 use crate::util::names;
 
 /// The kubelet image when `kubelet.image` is not set (Typhoon's).
-pub const DEFAULT_IMAGE: &str = "quay.io/poseidon/kubelet:v1.36.1";
+pub(crate) const DEFAULT_IMAGE: &str = "quay.io/poseidon/kubelet:v1.36.1";
 /// Where provisioning places the bootstrap kubeconfig (Typhoon's path).
-pub const DEFAULT_BOOTSTRAP_KUBECONFIG: &str = "/etc/kubernetes/kubeconfig";
+pub(crate) const DEFAULT_BOOTSTRAP_KUBECONFIG: &str = "/etc/kubernetes/kubeconfig";
 /// The node kubeconfig nodectld writes for kubelet.
-pub const DEFAULT_KUBECONFIG: &str = "/var/lib/kubelet/kubeconfig";
+pub(crate) const DEFAULT_KUBECONFIG: &str = "/var/lib/kubelet/kubeconfig";
 /// Typhoon's cluster DNS service address.
-pub const DEFAULT_CLUSTER_DNS: &str = "10.3.0.10";
+pub(crate) const DEFAULT_CLUSTER_DNS: &str = "10.3.0.10";
 /// The cluster's DNS domain.
-pub const DEFAULT_CLUSTER_DOMAIN: &str = "cluster.local";
+pub(crate) const DEFAULT_CLUSTER_DOMAIN: &str = "cluster.local";
 /// Seconds between checks that the API server still accepts the node's certificate.
-pub const DEFAULT_CREDENTIALS_CHECK_SECS: i64 = 900;
+pub(crate) const DEFAULT_CREDENTIALS_CHECK_SECS: i64 = 900;
 
 /// How kubelet's container is run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

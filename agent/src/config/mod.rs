@@ -25,17 +25,22 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-pub use fragment::{fragment_files, load, Fragment, Merged};
-pub use kubelet::{Runtime, DEFAULT_IMAGE};
+#[cfg(test)]
+use fragment::Fragment;
+pub(crate) use fragment::{load, Merged};
+pub use kubelet::Runtime;
+#[cfg(test)]
+use kubelet::DEFAULT_IMAGE;
 pub use node::{Role, Taint};
 pub use paths::Network;
 pub use reboot::{RebootPolicy, RebootStrategy};
-pub use schema::{Kind, SCHEMA};
+#[cfg(test)]
+use schema::{Kind, SCHEMA};
 
 use crate::host::Host;
 
 /// Config directories, lowest precedence first (paths on the node, under the root).
-pub const CONFIG_DIRS: [&str; 3] = [
+pub(crate) const CONFIG_DIRS: [&str; 3] = [
     "/usr/lib/nodectl/config.d",
     "/run/nodectl/config.d",
     "/etc/nodectl/config.d",

@@ -10,9 +10,9 @@ use super::fragment::{NetworkSection, SecretsSection, SelinuxSection};
 use super::ConfigError;
 
 /// Where bundles of bootstrap secrets are dropped.
-pub const DEFAULT_INBOX: &str = "/var/lib/nodectl/inbox";
+pub(crate) const DEFAULT_INBOX: &str = "/var/lib/nodectl/inbox";
 /// The trees kept at `container_file_t:s0` by default.
-pub const DEFAULT_RELABEL: &[&str] = &["/etc/kubernetes"];
+pub(crate) const DEFAULT_RELABEL: &[&str] = &["/etc/kubernetes"];
 
 /// The cluster's CNI provider (Typhoon's choices).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -12,17 +12,17 @@ use crate::util::names;
 use crate::util::window::{self, Window, Zone};
 
 /// Where the FleetLock endpoint listens for Zincati.
-pub const DEFAULT_LISTEN: &str = "127.0.0.1:9455";
+pub(crate) const DEFAULT_LISTEN: &str = "127.0.0.1:9455";
 /// The group update_engine's reboots take a slot of.
-pub const DEFAULT_GROUP: &str = "default";
+pub(crate) const DEFAULT_GROUP: &str = "default";
 /// The namespace of the reboot Leases.
-pub const DEFAULT_NAMESPACE: &str = "nodectl-reboot";
+pub(crate) const DEFAULT_NAMESPACE: &str = "nodectl-reboot";
 /// Concurrent reboots per group.
-pub const DEFAULT_GROUP_SLOTS: i64 = 1;
+pub(crate) const DEFAULT_GROUP_SLOTS: i64 = 1;
 /// Seconds a drain may take before the reboot is granted anyway.
-pub const DEFAULT_DRAIN_TIMEOUT_SECS: i64 = 600;
+pub(crate) const DEFAULT_DRAIN_TIMEOUT_SECS: i64 = 600;
 /// Seconds after which a holder that did not renew its slot is reclaimed.
-pub const DEFAULT_STALE_AFTER_SECS: i64 = 3600;
+pub(crate) const DEFAULT_STALE_AFTER_SECS: i64 = 3600;
 
 /// Who reboots the node for updates, and through what.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

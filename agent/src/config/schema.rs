@@ -7,7 +7,7 @@ use super::{err, ConfigError};
 
 /// What a key holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
+pub(crate) enum Kind {
     /// A string.
     Str,
     /// A list of strings.
@@ -20,7 +20,7 @@ pub enum Kind {
 
 /// Every key: (table, key, kind, what is expected). The docs test checks each appears in
 /// docs/config.md; the parser uses it to reject unknown keys (with suggestions) and wrong types.
-pub const SCHEMA: &[(&str, &str, Kind, &str)] = &[
+pub(crate) const SCHEMA: &[(&str, &str, Kind, &str)] = &[
     ("node", "role", Kind::Str, "\"controller\" or \"worker\""),
     (
         "node",

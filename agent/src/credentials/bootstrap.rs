@@ -19,23 +19,62 @@ use crate::credentials::{self, Validity};
 use crate::csr;
 use crate::fsio::{FileSpec, Writer};
 
+/// Why a bootstrap or rotation did not produce credentials.
 #[derive(Debug, thiserror::Error)]
 pub enum BootstrapError {
+    /// The kubeconfig used to connect is missing or unusable.
     #[error("{0}")]
     Config(String),
+    /// The request got a Denied condition; the next attempt uses a new key.
     #[error("certificate request {name} was denied: {message}")]
-    Denied { name: String, message: String },
+    Denied {
+        /// The request's name.
+        name: String,
+        /// The condition's message (or reason).
+        message: String,
+    },
+    /// The request got a Failed condition or was deleted; the next attempt uses a new key.
     #[error("certificate request {name} failed: {message}")]
-    Failed { name: String, message: String },
+    Failed {
+        /// The request's name.
+        name: String,
+        /// The condition's message (or reason), or that the request was deleted.
+        message: String,
+    },
+    /// 409: a request with our name exists but has another signer or key.
     #[error("certificate request {name} exists but is not ours ({why}); delete it or wait for it to expire")]
-    Incompatible { name: String, why: String },
+    Incompatible {
+        /// The request's name.
+        name: String,
+        /// What differs, e.g. "another key".
+        why: String,
+    },
+    /// Any other error from the API server or the connection to it.
     #[error("the API server at {server}: {message}")]
-    Api { server: String, message: String },
+    Api {
+        /// The server's URL, from the kubeconfig.
+        server: String,
+        /// The error.
+        message: String,
+    },
     /// 401: the server does not accept these credentials (expired, revoked, unknown token).
     #[error("the API server at {server} refused the {via} (401 Unauthorized)")]
-    Unauthorized { server: String, via: Via },
+    Unauthorized {
+        /// The server's URL, from the kubeconfig.
+        server: String,
+        /// The credentials it refused.
+        via: Via,
+    },
+    /// The request was not approved and issued before the wait ran out.
     #[error("certificate request {name} not approved and issued within {secs}s")]
-    Timeout { name: String, secs: u64 },
+    Timeout {
+        /// The request's name.
+        name: String,
+        /// How long nodectl waited, in seconds.
+        secs: u64,
+    },
+    /// Something on the node failed: the key, the request, reading the issued certificate, or
+    /// writing the credentials or kubeconfig.
     #[error("{0}")]
     Local(String),
 }
@@ -43,7 +82,9 @@ pub enum BootstrapError {
 /// What a bootstrap produced.
 #[derive(Debug)]
 pub struct Issued {
+    /// The name of the certificate request.
     pub request: String,
+    /// When the issued certificate is valid.
     pub validity: Validity,
     /// `kubelet-client-current.pem` (node path).
     pub credentials: PathBuf,
@@ -67,12 +108,17 @@ impl std::fmt::Display for Via {
     }
 }
 
+/// One bootstrap or rotation: which credentials ask, for which node, and where the results go.
 pub struct Bootstrap<'a> {
+    /// Writes the key, the credentials and the node kubeconfig.
     pub writer: &'a Writer<'a>,
+    /// Which credentials make the request.
     pub via: Via,
+    /// The node name; the certificate is for `system:node:<name>`.
     pub node_name: &'a str,
     /// Node paths.
     pub bootstrap_kubeconfig: &'a Path,
+    /// The node kubeconfig: the client for rotation, and written with the new credentials.
     pub kubeconfig: &'a Path,
     /// How long to wait for approval and issuance (kubelet: an hour).
     pub wait: Duration,

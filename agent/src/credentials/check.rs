@@ -30,11 +30,11 @@ impl Facts {
 /// Why the check could not tell (the server unreachable or failing); holds no credential.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
-pub struct CheckError(String);
+pub(crate) struct CheckError(String);
 
 /// Whether the API server accepts the node kubeconfig's certificate: `Some(username)`, or
 /// `None` for a 401.
-pub async fn accepted(root: &Root, kubeconfig: &Path) -> Result<Option<String>, CheckError> {
+pub(crate) async fn accepted(root: &Root, kubeconfig: &Path) -> Result<Option<String>, CheckError> {
     use k8s_openapi::api::authentication::v1::SelfSubjectReview;
     let conn = crate::kubeconfig::connect(root, kubeconfig, true)
         .await
@@ -59,7 +59,7 @@ pub async fn accepted(root: &Root, kubeconfig: &Path) -> Result<Option<String>, 
 }
 
 /// How long one check may take.
-pub const CHECK_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const CHECK_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Asks the API server every `every` (the first time at once) whether it still accepts the
 /// node kubeconfig's certificate, for as long as the task runs. A 401 (the certificate revoked,

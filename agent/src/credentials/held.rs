@@ -10,7 +10,9 @@ use crate::root::Root;
 /// The node's current certificate, as read from disk.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Held {
+    /// The subject's common name, e.g. `system:node:<name>` (empty when it has none).
     pub subject: String,
+    /// When the certificate is valid.
     pub validity: Validity,
     /// The rotation deadline: a jitter drawn from the certificate itself, so every pass (and
     /// `nodectl status`) computes the same instant, and nodes issued together spread out.

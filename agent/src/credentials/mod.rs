@@ -18,19 +18,21 @@ pub mod store;
 
 use std::path::PathBuf;
 
-pub use held::{held, read, Held};
-pub use store::{current, pending_key, private, store, validity, Validity};
+pub(crate) use held::held;
+pub use held::{read, Held};
+pub use store::Validity;
+pub(crate) use store::{current, pending_key, private, store, validity};
 
 /// Where kubelet's certificate store lives.
-pub const CERT_DIR: &str = "/var/lib/kubelet/pki";
+pub(crate) const CERT_DIR: &str = "/var/lib/kubelet/pki";
 /// The key of a request still pending (kept so a restart reuses it and its request).
-pub const PENDING_KEY: &str = "kubelet-client.key.tmp";
+pub(crate) const PENDING_KEY: &str = "kubelet-client.key.tmp";
 /// The link to the newest chain+key file.
-pub const CURRENT: &str = "kubelet-client-current.pem";
+pub(crate) const CURRENT: &str = "kubelet-client-current.pem";
 
 /// The node's credentials (node paths; directories include what is below them): never
 /// container-readable, kept out of the relabel step's shared trees, checked by the audit.
-pub fn paths(settings: &crate::config::Settings) -> Vec<PathBuf> {
+pub(crate) fn paths(settings: &crate::config::Settings) -> Vec<PathBuf> {
     vec![
         settings.bootstrap_kubeconfig.clone(),
         settings.kubeconfig.clone(),

@@ -6,16 +6,16 @@ use super::Held;
 use crate::util::time::rfc3339;
 
 /// How long a request waits for approval and issuance (kubelet: an hour).
-pub const APPROVAL_WAIT: Duration = Duration::from_secs(3600);
+pub(crate) const APPROVAL_WAIT: Duration = Duration::from_secs(3600);
 /// After a denied or failed request: how long before asking again by itself.
-pub const REFUSED_BACKOFF: Duration = Duration::from_secs(3600);
+pub(crate) const REFUSED_BACKOFF: Duration = Duration::from_secs(3600);
 /// Unreachable or failing server: first delay, factor 2, this cap, +-20% jitter.
-pub const BACKOFF_BASE: Duration = Duration::from_secs(2);
-pub const BACKOFF_CAP: Duration = Duration::from_secs(64);
+pub(crate) const BACKOFF_BASE: Duration = Duration::from_secs(2);
+pub(crate) const BACKOFF_CAP: Duration = Duration::from_secs(64);
 
 /// What the node's certificate needs (pure).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Need {
+pub(crate) enum Need {
     Nothing,
     /// A request with the bootstrap token, and why.
     Bootstrap(String),
@@ -23,7 +23,7 @@ pub enum Need {
     Rotate(String),
 }
 
-pub fn need(held: Option<&Held>, node_name: &str, refused: bool, now: SystemTime) -> Need {
+pub(crate) fn need(held: Option<&Held>, node_name: &str, refused: bool, now: SystemTime) -> Need {
     let Some(h) = held else {
         return Need::Bootstrap("the node has no client certificate".into());
     };
@@ -54,7 +54,7 @@ pub fn need(held: Option<&Held>, node_name: &str, refused: bool, now: SystemTime
 }
 
 /// Capped exponential backoff with +-20% jitter; `attempt` counts from 1.
-pub fn backoff(attempt: u32, jitter01: f64) -> Duration {
+pub(crate) fn backoff(attempt: u32, jitter01: f64) -> Duration {
     let exp = BACKOFF_BASE.saturating_mul(1u32 << attempt.saturating_sub(1).min(16));
     exp.min(BACKOFF_CAP)
         .mul_f64(0.8 + 0.4 * jitter01.clamp(0.0, 1.0))

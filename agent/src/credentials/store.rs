@@ -14,7 +14,9 @@ use super::{CERT_DIR, CURRENT, PENDING_KEY};
 /// When a certificate is valid.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Validity {
+    /// Start of validity (the certificate's notBefore).
     pub not_before: SystemTime,
+    /// End of validity (notAfter); from then on the certificate is expired.
     pub not_after: SystemTime,
 }
 
@@ -28,7 +30,7 @@ fn to_time(t: x509_parser::time::ASN1Time) -> SystemTime {
 }
 
 /// The validity of the first certificate in a PEM chain.
-pub fn validity(chain_pem: &[u8]) -> anyhow::Result<Validity> {
+pub(crate) fn validity(chain_pem: &[u8]) -> anyhow::Result<Validity> {
     let (_, pem) = x509_parser::pem::parse_x509_pem(chain_pem)
         .map_err(|e| anyhow::anyhow!("not a PEM certificate: {e}"))?;
     let cert = pem
@@ -52,6 +54,7 @@ impl Validity {
         self.not_before + total.mul_f64(fraction)
     }
 
+    /// True once `now` has reached `not_after`.
     pub fn expired(&self, now: SystemTime) -> bool {
         now >= self.not_after
     }
@@ -59,7 +62,7 @@ impl Validity {
 
 /// A credential's file spec with the private label (never container-readable; see
 /// `Labeler::private_for`).
-pub fn private(w: &Writer, spec: FileSpec) -> FileSpec {
+pub(crate) fn private(w: &Writer, spec: FileSpec) -> FileSpec {
     match w.labeler().private_for(&spec.path, S_IFREG) {
         Some(l) => spec.label(l),
         None => spec,
@@ -78,7 +81,7 @@ const S_IFREG: u32 = 0o100000;
 
 /// The pending request's key: the one kept on disk, or a new one written first (0600, through
 /// the one atomic write). `true` when it was created now.
-pub fn pending_key(w: &Writer) -> anyhow::Result<(rcgen::KeyPair, bool)> {
+pub(crate) fn pending_key(w: &Writer) -> anyhow::Result<(rcgen::KeyPair, bool)> {
     let node_path = Path::new(CERT_DIR).join(PENDING_KEY);
     let real = w.root().path(&node_path);
     match std::fs::read_to_string(&real) {
@@ -132,7 +135,7 @@ pub fn store(
 }
 
 /// The current chain and key (what `kubelet-client-current.pem` points at), if any.
-pub fn current(root: &crate::root::Root) -> anyhow::Result<Option<Vec<u8>>> {
+pub(crate) fn current(root: &crate::root::Root) -> anyhow::Result<Option<Vec<u8>>> {
     let link = Path::new(CERT_DIR).join(CURRENT);
     if std::fs::symlink_metadata(root.path(&link))
         .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)

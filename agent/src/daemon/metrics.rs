@@ -5,7 +5,7 @@ use super::shared::Shared;
 use crate::root::Root;
 
 /// Prometheus text metrics (node_exporter: `--collector.textfile.directory=/run/nodectl/metrics`).
-pub const METRICS: &str = "/run/nodectl/metrics/nodectl.prom";
+pub(crate) const METRICS: &str = "/run/nodectl/metrics/nodectl.prom";
 
 /// Writes the metrics atomically (a temp file renamed over the old one).
 pub(super) async fn write(root: &Root, shared: &Shared) {

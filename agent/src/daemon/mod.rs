@@ -25,8 +25,7 @@ use sd_notify::NotifyState;
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::{mpsc, Mutex};
 
-pub use metrics::METRICS;
-pub use shared::Trigger;
+pub(crate) use shared::Trigger;
 
 use crate::config::Settings;
 use crate::dbus::{Agent, BUS_NAME, OBJECT_PATH};

@@ -15,7 +15,7 @@ use crate::status::Status;
 
 /// Why the daemon runs a pass.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Trigger {
+pub(crate) enum Trigger {
     /// nodectld started.
     Startup,
     /// `systemctl reload nodectld`.

@@ -17,11 +17,14 @@ pub use context::{Cx, Waker};
 /// One change a step would make, and why.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Change {
+    /// The action, e.g. `write <path>` or `start kubelet.service`.
     pub what: String,
+    /// Why it is needed, e.g. what differs from the goal.
     pub why: String,
 }
 
 impl Change {
+    /// A change to `what`, made because of `why`.
     pub fn new(what: impl Into<String>, why: impl Into<String>) -> Self {
         Change {
             what: what.into(),
@@ -41,8 +44,11 @@ pub enum Observation {
     Waiting(String),
 }
 
+/// One piece of node state the engine converges, such as a file, a unit or a credential.
 pub trait Step: Send + Sync {
+    /// Stable name of the step, used in dependencies, reports and logs.
     fn id(&self) -> &'static str;
+    /// One-line summary of what the step looks after, for humans.
     fn description(&self) -> &'static str;
     /// Steps that must be converged before this one may apply.
     fn deps(&self) -> &'static [&'static str];
@@ -52,31 +58,44 @@ pub trait Step: Send + Sync {
     fn apply<'a>(&'a self, cx: &'a Cx) -> BoxFuture<'a, anyhow::Result<()>>;
 }
 
+/// How a step ended up in a plan or an apply pass; serialized with a `state` tag.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "state", rename_all = "kebab-case")]
 pub enum StepState {
+    /// Nothing to do.
     Converged {
+        /// What is in place.
         detail: String,
     },
     /// Plan: what would change. After an apply that made changes: what was changed.
     Pending {
+        /// The changes.
         changes: Vec<Change>,
     },
+    /// An apply pass made these changes and the step converged afterwards.
     Applied {
+        /// The changes that were made.
         changes: Vec<Change>,
     },
+    /// The step needs input from outside before it can go on.
     Waiting {
+        /// What it waits for.
         waiting_for: String,
     },
+    /// Skipped because a dependency waits, is blocked or failed.
     Blocked {
+        /// The dependencies that hold it back.
         blocked_by: Vec<String>,
     },
+    /// Observing or applying failed, or the step did not converge after apply.
     Failed {
+        /// The error, with its causes.
         error: String,
     },
 }
 
 impl StepState {
+    /// Short lower-case name of the state ("converged", "pending", ...), for text output.
     pub fn name(&self) -> &'static str {
         match self {
             StepState::Converged { .. } => "converged",
@@ -97,18 +116,26 @@ impl StepState {
     }
 }
 
+/// The outcome for one step in a plan or apply pass.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StepReport {
+    /// The step's id.
     pub id: String,
+    /// The step's one-line description.
     pub description: String,
+    /// Ids of the steps it depends on.
     pub deps: Vec<String>,
+    /// What happened to the step.
     #[serde(flatten)]
     pub state: StepState,
 }
 
+/// The outcome of a whole plan or apply pass, steps in dependency order.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Report {
+    /// One entry per step, in the order the engine ran them.
     pub steps: Vec<StepReport>,
+    /// How long the pass took, in milliseconds.
     pub duration_ms: u64,
 }
 
@@ -124,6 +151,7 @@ impl Report {
             .sum()
     }
 
+    /// Steps that failed in this pass.
     pub fn failed(&self) -> Vec<&StepReport> {
         self.steps
             .iter()
@@ -142,21 +170,32 @@ impl Report {
             .collect()
     }
 
+    /// True when every step is converged or was applied.
     pub fn all_done(&self) -> bool {
         self.steps.iter().all(|s| s.state.is_done())
     }
 }
 
+/// Why a set of steps cannot form an engine.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum GraphError {
+    /// A step names a dependency that no step has as its id.
     #[error("step {step} depends on unknown step {dep}")]
-    UnknownDep { step: String, dep: String },
+    UnknownDep {
+        /// The step with the bad dependency.
+        step: String,
+        /// The id it depends on.
+        dep: String,
+    },
+    /// Some steps depend on each other in a loop; lists the steps that could not be ordered.
     #[error("steps form a dependency cycle: {0}")]
     Cycle(String),
+    /// Two steps share an id.
     #[error("two steps are called {0}")]
     Duplicate(String),
 }
 
+/// The steps of the node, ordered so each comes after its dependencies.
 pub struct Engine {
     steps: Vec<Box<dyn Step>>,
 }
@@ -207,6 +246,7 @@ impl Engine {
         Ok(Engine { steps })
     }
 
+    /// Step ids in the order the engine runs them.
     pub fn step_ids(&self) -> Vec<&'static str> {
         self.steps.iter().map(|s| s.id()).collect()
     }

@@ -22,8 +22,10 @@ use super::lease::LeaseLock;
 use super::slots::{Acquire, Holder, Release, Slots};
 use crate::kubeconfig::KubeconfigError;
 
+/// How this node's reboots are coordinated with the rest of its group.
 #[derive(Clone, Debug)]
 pub struct Policy {
+    /// The namespace of the reboot Leases.
     pub namespace: String,
     /// Concurrent reboots per group.
     pub slots: usize,
@@ -35,6 +37,7 @@ pub struct Policy {
     pub drain_wait: Duration,
     /// New slots are taken only inside these (none: any time), in `time_zone`.
     pub windows: Vec<crate::util::window::Window>,
+    /// The time zone the windows are read in (default UTC).
     pub time_zone: crate::util::window::Zone,
 }
 
@@ -57,17 +60,20 @@ impl Default for Policy {
 pub struct RebootStatus {
     /// Where the FleetLock endpoint listens, and the client id it answers to.
     pub endpoint: String,
+    /// The FleetLock client id this node answers to.
     pub id: String,
     /// One of [`STATES`].
     pub state: String,
+    /// What the state means now, e.g. who holds the slots or which pods are left to drain.
     pub detail: String,
+    /// The FleetLock group of the last request (`None` before the first one).
     pub group: Option<String>,
     /// The group's holders as last seen.
     pub holders: Vec<Holder>,
 }
 
 /// Every reboot state, in the order a reboot goes through them.
-pub const STATES: &[&str] = &[
+pub(crate) const STATES: &[&str] = &[
     "idle",
     "waiting-for-window",
     "waiting-for-slot",
@@ -77,7 +83,7 @@ pub const STATES: &[&str] = &[
 ];
 
 /// The states in which this node holds no slot (the coordination may restart on new settings).
-pub const HOLDING_NOTHING: &[&str] = &["idle", "waiting-for-window", "waiting-for-slot"];
+pub(crate) const HOLDING_NOTHING: &[&str] = &["idle", "waiting-for-window", "waiting-for-slot"];
 
 /// Why an operator's release was refused (the group, the holder or the API).
 #[derive(Debug, thiserror::Error)]
@@ -85,14 +91,15 @@ pub const HOLDING_NOTHING: &[&str] = &["idle", "waiting-for-window", "waiting-fo
 pub struct ReleaseError(String);
 
 /// Told the new reboot state after each change.
-pub type OnChange = Arc<dyn Fn(&str) + Send + Sync>;
+pub(crate) type OnChange = Arc<dyn Fn(&str) + Send + Sync>;
 
 /// Is kubelet.service active (asked of systemd).
-pub type KubeletActive = Arc<dyn Fn() -> BoxFuture<'static, bool> + Send + Sync>;
+pub(crate) type KubeletActive = Arc<dyn Fn() -> BoxFuture<'static, bool> + Send + Sync>;
 /// A client with the node's current credentials (made per request: they rotate).
-pub type Connector =
+pub(crate) type Connector =
     Arc<dyn Fn() -> BoxFuture<'static, Result<kube::Client, KubeconfigError>> + Send + Sync>;
 
+/// The FleetLock [`Coordinator`] of this node: slots in a Lease, drain through the API.
 pub struct LeaseCoordinator {
     connect: Connector,
     node: String,
@@ -121,6 +128,7 @@ fn internal(e: impl std::fmt::Display) -> Refusal {
 }
 
 impl LeaseCoordinator {
+    /// A coordinator for `node`, answering to the FleetLock id `node_id`; idle until asked.
     pub fn new(
         connect: Connector,
         node: &str,
@@ -158,6 +166,7 @@ impl LeaseCoordinator {
         Ok((c.clone(), Drainer::new(c, &self.node)))
     }
 
+    /// The reboot state as `nodectl status` shows it.
     pub fn status(&self) -> RebootStatus {
         self.status.lock().expect("status").clone()
     }
@@ -391,7 +400,7 @@ impl Coordinator for LeaseCoordinator {
 /// Zincati's client id: systemd's app-specific machine id for Zincati's app id
 /// (`sd_id128_get_machine_app_specific`): HMAC-SHA256 keyed with the machine id's 16 bytes over
 /// the app id's 16 bytes, first 16 bytes, as a version-4 UUID, in hex.
-pub fn zincati_id(machine_id_hex: &str) -> Option<String> {
+pub(crate) fn zincati_id(machine_id_hex: &str) -> Option<String> {
     const APP: &str = "de35106b6ec24688b63afddaa156679b";
     let unhex = |s: &str| -> Option<Vec<u8>> {
         let s = s.trim();

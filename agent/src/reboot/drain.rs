@@ -8,10 +8,10 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, EvictParams, ListParams, Patch, PatchParams};
 
 /// Set on the Node when nodectld cordoned it, so it uncordons only what it cordoned.
-pub const CORDONED_BY: &str = "nodectl.io/cordoned-for-reboot";
+pub(crate) const CORDONED_BY: &str = "nodectl.io/cordoned-for-reboot";
 
 /// Why a pod is not evicted, or `None` when it is.
-pub fn skip_reason(p: &Pod) -> Option<&'static str> {
+pub(crate) fn skip_reason(p: &Pod) -> Option<&'static str> {
     let m = &p.metadata;
     if m.annotations
         .as_ref()
@@ -33,7 +33,7 @@ pub fn skip_reason(p: &Pod) -> Option<&'static str> {
 
 /// The result of one drain round.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Progress {
+pub(crate) struct Progress {
     pub evicted: Vec<String>,
     /// Refused by a PodDisruptionBudget (`namespace/name`).
     pub blocked: Vec<String>,
@@ -51,7 +51,7 @@ impl Progress {
 
 /// Its client must not retry 429s by itself (`kube::Config::default_retry = false`): the
 /// Eviction API answers 429 for a PodDisruptionBudget, and the answer is what the drain needs.
-pub struct Drainer {
+pub(crate) struct Drainer {
     nodes: Api<Node>,
     client: kube::Client,
     pub node: String,

@@ -19,15 +19,20 @@ use http_body_util::{BodyExt, Full};
 use hyper::{Method, Request, Response, StatusCode};
 use serde::Deserialize;
 
+/// Path of the request that takes (or keeps) a reboot slot before rebooting.
 pub const PRE_REBOOT: &str = "/v1/pre-reboot";
+/// Path of the request that gives the slot back once the node is up again.
 pub const STEADY_STATE: &str = "/v1/steady-state";
-pub const HEADER: &str = "fleet-lock-protocol";
+pub(crate) const HEADER: &str = "fleet-lock-protocol";
 /// Bodies are a few dozen bytes; anything larger is refused unread.
 const MAX_BODY: usize = 64 * 1024;
 
+/// Who asks, from the request body's `client_params`.
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 pub struct ClientParams {
+    /// The client's id (Zincati's app-specific machine id); never empty.
     pub id: String,
+    /// The reboot group the slot is taken in; matches `^[a-zA-Z0-9.-]+$`.
     pub group: String,
 }
 
@@ -39,12 +44,16 @@ struct Body {
 /// A refusal: the HTTP status and the protocol's `kind`/`value`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Refusal {
+    /// The HTTP status, e.g. 423 while the lock is held.
     pub status: StatusCode,
+    /// The protocol's low-cardinality reason, one of [`KINDS`].
     pub kind: &'static str,
+    /// Details for humans, e.g. who holds the slots.
     pub value: String,
 }
 
 impl Refusal {
+    /// A refusal with `status`, `kind` and `value`.
     pub fn new(status: StatusCode, kind: &'static str, value: impl Into<String>) -> Self {
         Refusal {
             status,
@@ -106,9 +115,12 @@ pub const KINDS: &[(&str, u16, &str)] = &[
     ),
 ];
 
+/// Which FleetLock request it is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Op {
+    /// `POST /v1/pre-reboot`: take or keep a slot.
     PreReboot,
+    /// `POST /v1/steady-state`: give the slot back.
     SteadyState,
 }
 
@@ -190,7 +202,7 @@ fn json_refusal(r: &Refusal) -> Response<Full<Bytes>> {
 }
 
 /// Handles one HTTP request.
-pub async fn handle<C: Coordinator>(
+pub(crate) async fn handle<C: Coordinator>(
     c: Arc<C>,
     req: Request<hyper::body::Incoming>,
 ) -> Response<Full<Bytes>> {

@@ -12,26 +12,37 @@ use kube::api::{Api, PostParams};
 
 use super::slots::Slots;
 
+/// The Lease annotation holding the group's slot holders, as JSON.
 pub const HOLDERS: &str = "nodectl.io/reboot-holders";
 /// Read-modify-write attempts before giving up on a contended Lease.
 const ATTEMPTS: u32 = 20;
 
+/// Why reading or writing the group's Lease failed.
 #[derive(Debug, thiserror::Error)]
 pub enum LeaseError {
+    /// The API server refused or failed the request, or writes kept conflicting.
     #[error("Lease {namespace}/{name}: {message}")]
     Api {
+        /// The Lease's namespace.
         namespace: String,
+        /// The Lease's name.
         name: String,
+        /// The error.
         message: String,
     },
+    /// The holders annotation is not valid JSON for the slots.
     #[error("Lease {namespace}/{name}: annotation {HOLDERS} does not parse: {message}")]
     Corrupt {
+        /// The Lease's namespace.
         namespace: String,
+        /// The Lease's name.
         name: String,
+        /// The parse error.
         message: String,
     },
 }
 
+/// A group's reboot slots kept in one Lease.
 pub struct LeaseLock {
     api: Api<Lease>,
     namespace: String,
@@ -42,7 +53,7 @@ pub struct LeaseLock {
 /// subdomain, as `default` or `workers-1` give). FleetLock groups may hold what names may not
 /// (`Workers`, `a..b`); those map to their lowercase, cleaned form plus a hash of the group, so
 /// two groups never share a Lease and the name is always accepted.
-pub fn lease_name(group: &str) -> String {
+pub(crate) fn lease_name(group: &str) -> String {
     let plain = format!("reboot-{group}");
     if crate::util::names::is_dns_subdomain(&plain) && plain.len() <= 253 {
         return plain;
@@ -81,6 +92,7 @@ fn slots_of(l: &Lease) -> Result<Slots, serde_json::Error> {
 }
 
 impl LeaseLock {
+    /// The lock for `group`'s Lease in `namespace` (nothing is read or created yet).
     pub fn new(client: kube::Client, namespace: &str, group: &str) -> Self {
         LeaseLock {
             api: Api::namespaced(client, namespace),

@@ -8,6 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 
+/// One node holding a reboot slot of its group.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Holder {
     /// The FleetLock client id (Zincati's app-specific machine id) or, on Flatcar, the node name.
@@ -20,11 +21,14 @@ pub struct Holder {
     pub renewed: u64,
 }
 
+/// A group's reboot slots as stored in its Lease.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Slots {
+    /// The current holders, in the order they took their slots.
     pub holders: Vec<Holder>,
 }
 
+/// What asking for a slot gave.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Acquire {
     /// A new slot was taken.
@@ -32,17 +36,23 @@ pub enum Acquire {
     /// The caller already held one (renewed).
     Retained,
     /// Every slot is held; by these ids.
-    Full { holders: Vec<String> },
+    Full {
+        /// The ids holding the slots.
+        holders: Vec<String>,
+    },
 }
 
+/// What giving a slot back did.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Release {
+    /// The id's slot was freed.
     Released,
     /// Nothing held by that id (idempotent success for FleetLock's steady-state).
     NotHeld,
 }
 
 impl Slots {
+    /// True when `id` holds a slot.
     pub fn holds(&self, id: &str) -> bool {
         self.holders.iter().any(|h| h.id == id)
     }
@@ -68,6 +78,7 @@ impl Slots {
         Acquire::Obtained
     }
 
+    /// Frees the slot held by `id`, if any.
     pub fn release(&mut self, id: &str) -> Release {
         let before = self.holders.len();
         self.holders.retain(|h| h.id != id);

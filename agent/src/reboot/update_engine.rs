@@ -12,6 +12,7 @@ use futures_util::StreamExt;
 use super::coordinator::LeaseCoordinator;
 use super::fleetlock::{ClientParams, Coordinator};
 
+/// update_engine's current operation when an update is installed and waits for a reboot.
 pub const NEED_REBOOT: &str = "UPDATE_STATUS_UPDATED_NEED_REBOOT";
 
 /// update_engine's D-Bus API (Flatcar's `update_engine`, as FLUO uses it).
@@ -20,7 +21,7 @@ pub const NEED_REBOOT: &str = "UPDATE_STATUS_UPDATED_NEED_REBOOT";
     default_service = "com.coreos.update1",
     default_path = "/com/coreos/update1"
 )]
-pub trait UpdateEngine {
+pub(crate) trait UpdateEngine {
     /// (last_checked_time, progress, current_operation, new_version, new_size)
     fn get_status(&self) -> zbus::Result<(i64, f64, String, String, i64)>;
 
@@ -36,7 +37,7 @@ pub trait UpdateEngine {
 }
 
 /// What reboots the node (logind over D-Bus in production; recorded in tests).
-pub type Reboot =
+pub(crate) type Reboot =
     Arc<dyn Fn() -> futures_util::future::BoxFuture<'static, anyhow::Result<()>> + Send + Sync>;
 
 /// logind's `Reboot(false)` on `conn`.
@@ -51,12 +52,15 @@ pub fn logind_reboot(conn: zbus::Connection) -> Reboot {
     })
 }
 
+/// Follows update_engine on Flatcar and reboots for updates through the coordinator's slots.
 pub struct Follower {
+    /// Takes and gives back the slot and drains, as for FleetLock.
     pub coordinator: Arc<LeaseCoordinator>,
     /// The id the coordinator answers to (on Flatcar: the node name) and the group.
     pub params: ClientParams,
     /// Between attempts while the slot is busy, the drain runs or the node is not Ready yet.
     pub retry: Duration,
+    /// Reboots the node once the slot is held and the node drained.
     pub reboot: Reboot,
 }
 

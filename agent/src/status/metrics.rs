@@ -6,7 +6,7 @@ use super::Status;
 
 /// The Prometheus text exposition of a status (for node_exporter's textfile collector).
 /// `memory`: nodectld's resident memory (all, anonymous), when known.
-pub fn render(st: &Status, memory: Option<(u64, u64)>) -> String {
+pub(crate) fn render(st: &Status, memory: Option<(u64, u64)>) -> String {
     let mut o = String::new();
     let mut gauge = |name: &str, help: &str, samples: &[(String, f64)]| {
         let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} gauge");

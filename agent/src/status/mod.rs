@@ -11,10 +11,10 @@ use crate::engine::Report;
 use crate::host::Host;
 use crate::util::time::{now_secs, rfc3339};
 
-pub use text::{render_plan, render_steps};
+pub(crate) use text::{render_plan, render_steps};
 
 /// Bumped only on incompatible changes; fields may be added without a bump.
-pub const SCHEMA_VERSION: u32 = 1;
+pub(crate) const SCHEMA_VERSION: u32 = 1;
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Status {

@@ -210,7 +210,7 @@ impl Status {
 }
 
 /// The step table: one line a step with its state and detail.
-pub fn render_steps(steps: &[crate::engine::StepReport]) -> String {
+pub(crate) fn render_steps(steps: &[crate::engine::StepReport]) -> String {
     let mut o = String::new();
     let _ = writeln!(o, "Steps:");
     let w = steps.iter().map(|s| s.id.len()).max().unwrap_or(0);
@@ -245,7 +245,7 @@ fn os_label(h: &Host) -> &'static str {
 }
 
 /// Prints a plan for people: changes first, then what waits or is blocked.
-pub fn render_plan(report: &Report, heading: &str) -> String {
+pub(crate) fn render_plan(report: &Report, heading: &str) -> String {
     let mut o = String::new();
     let _ = writeln!(o, "{heading}");
     for s in &report.steps {

@@ -7,7 +7,7 @@ use futures_util::FutureExt;
 use crate::engine::{Cx, Observation, Step};
 
 /// The bootstrap kubeconfig kubelet starts with; provisioning (Ignition or SSH) places it.
-pub struct BootstrapKubeconfig;
+pub(crate) struct BootstrapKubeconfig;
 
 impl Step for BootstrapKubeconfig {
     fn id(&self) -> &'static str {

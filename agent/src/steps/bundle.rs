@@ -14,7 +14,7 @@ use nodectl_selinux::Context;
 use crate::config::Role;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Record {
+pub(crate) struct Record {
     pub path: String,
     pub content: Vec<u8>,
     /// Line of the `#####` marker, 1-based.
@@ -22,7 +22,7 @@ pub struct Record {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub struct BundleError {
+pub(crate) struct BundleError {
     pub file: PathBuf,
     pub line: Option<usize>,
     pub record: Option<String>,
@@ -160,7 +160,7 @@ pub fn parse(bytes: &[u8], file: &Path) -> Result<Vec<Record>, BundleError> {
 
 /// Where a group of records goes, with whose ownership and which label.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Rule {
+pub(crate) struct Rule {
     /// `prefix*` (one file name starting with prefix), `dir/*` (files directly in dir),
     /// `dir/**` (the subtree, subdirectories kept), or an exact path.
     pub pattern: &'static str,
@@ -189,7 +189,7 @@ const SHARED: Option<&str> = Some("system_u:object_r:container_file_t:s0");
 /// pod's assets, both mounted `:Z`) never get a shared label: they keep the policy's default
 /// (`label: None`), which containers cannot read, and podman gives them that container's
 /// private pair when it starts it.
-pub const TYPHOON_LAYOUT: &[Rule] = &[
+pub(crate) const TYPHOON_LAYOUT: &[Rule] = &[
     Rule {
         pattern: "tls/etcd/peer*",
         dest: Some("/etc/ssl/etcd/etcd"),
@@ -326,7 +326,7 @@ fn matches<'p>(pattern: &str, path: &'p str) -> Option<&'p str> {
 }
 
 /// Holds a key or a credential: mode 0600 whatever the rule's file mode.
-pub fn is_secret(name: &str, content: &[u8]) -> bool {
+pub(crate) fn is_secret(name: &str, content: &[u8]) -> bool {
     let t = String::from_utf8_lossy(content);
     name.ends_with(".key")
         || t.contains("PRIVATE KEY-----")
@@ -337,7 +337,7 @@ pub fn is_secret(name: &str, content: &[u8]) -> bool {
 
 /// One file to place.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Placement {
+pub(crate) struct Placement {
     pub record: String,
     pub dest: PathBuf,
     pub owner: &'static str,
@@ -348,7 +348,7 @@ pub struct Placement {
 
 /// One directory the placements need, with its metadata.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct DirPlacement {
+pub(crate) struct DirPlacement {
     pub dest: PathBuf,
     pub owner: &'static str,
     pub mode: u32,
@@ -356,7 +356,7 @@ pub struct DirPlacement {
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Plan {
+pub(crate) struct Plan {
     pub dirs: Vec<DirPlacement>,
     pub files: Vec<Placement>,
 }
@@ -383,7 +383,7 @@ fn add_dirs(dirs: &mut Vec<DirPlacement>, rule: &Rule, dest: &Path, label: &Opti
 
 /// Maps every record to its destination; any unknown record, or material the role must not
 /// hold, fails the whole bundle.
-pub fn plan(
+pub(crate) fn plan(
     records: &[Record],
     layout: &[Rule],
     role: Role,

@@ -4,14 +4,14 @@ use nodectl_units::kubelet;
 
 use crate::engine::Cx;
 
-pub const SYSTEMD_DIR: &str = "/etc/systemd/system";
+pub(crate) const SYSTEMD_DIR: &str = "/etc/systemd/system";
 /// Written before kubelet's definition changes and removed once kubelet was restarted on it, so
 /// a crash between the two still restarts kubelet on the next pass.
-pub const RESTART_MARKER: &str = "/run/nodectl/kubelet.restart-pending";
-pub const MANAGED_HEADER: &str = "# Managed by nodectl";
-pub const KUBELET_YAML: &str = "/etc/kubernetes/kubelet.yaml";
+pub(crate) const RESTART_MARKER: &str = "/run/nodectl/kubelet.restart-pending";
+pub(crate) const MANAGED_HEADER: &str = "# Managed by nodectl";
+pub(crate) const KUBELET_YAML: &str = "/etc/kubernetes/kubelet.yaml";
 /// The cluster CA kubelet verifies clients against, taken from the bootstrap kubeconfig.
-pub const KUBELET_CA: &str = "/etc/kubernetes/ca.crt";
+pub(crate) const KUBELET_CA: &str = "/etc/kubernetes/ca.crt";
 
 /// kubelet.service's `EnvironmentFile=`: `KUBELET_KUBECONFIG` holds `--kubeconfig=...` once the
 /// node has its own credentials, nothing before (standalone: static pods only).
@@ -40,7 +40,7 @@ pub(crate) async fn start_kubelet(cx: &Cx, restart: bool) -> anyhow::Result<()> 
 }
 
 /// The image kubelet.service runs, as systemd has it loaded (an operator's drop-in included).
-pub async fn running_image(systemd: &nodectl_units::systemd::Systemd) -> Option<String> {
+pub(crate) async fn running_image(systemd: &nodectl_units::systemd::Systemd) -> Option<String> {
     systemd
         .environment_var(kubelet::KUBELET_UNIT, kubelet::IMAGE_VAR)
         .await

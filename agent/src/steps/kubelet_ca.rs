@@ -12,7 +12,7 @@ use crate::fsio::FileSpec;
 
 /// `/etc/kubernetes/ca.crt` (kubelet.yaml's `clientCAFile`), taken from the bootstrap
 /// kubeconfig's cluster by parsing it, not by a grep/awk/base64 pipeline.
-pub struct KubeletCa;
+pub(crate) struct KubeletCa;
 
 impl KubeletCa {
     /// The kubeconfig the CA comes from: the bootstrap kubeconfig, or once it was removed after

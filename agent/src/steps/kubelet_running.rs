@@ -8,7 +8,7 @@ use super::kubelet::*;
 use crate::engine::{Change, Cx, Observation, Step};
 
 /// kubelet is started once everything it needs is in place.
-pub struct KubeletRunning;
+pub(crate) struct KubeletRunning;
 
 impl Step for KubeletRunning {
     fn id(&self) -> &'static str {

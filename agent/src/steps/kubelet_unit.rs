@@ -16,7 +16,7 @@ use crate::fsio::{DirSpec, FileSpec};
 
 /// kubelet.service and the agent's image drop-in, enabled; systemd reloaded only when a unit
 /// file changed, kubelet restarted only when its definition changed while it runs.
-pub struct KubeletUnit;
+pub(crate) struct KubeletUnit;
 
 impl KubeletUnit {
     pub fn spec(cx: &Cx) -> KubeletSpec {

@@ -25,18 +25,16 @@ mod node_files;
 mod relabel;
 mod secrets;
 
-pub use bootstrap_kubeconfig::BootstrapKubeconfig;
-pub use kubelet::{
-    running_image, KUBELET_CA, KUBELET_ENV, KUBELET_YAML, MANAGED_HEADER, RESTART_MARKER,
-    SYSTEMD_DIR,
-};
-pub use kubelet_ca::KubeletCa;
-pub use kubelet_credentials::{KubeletCredentials, APPROVAL_WAIT};
-pub use kubelet_running::KubeletRunning;
-pub use kubelet_unit::KubeletUnit;
-pub use node_files::NodeFiles;
-pub use relabel::Relabel;
-pub use secrets::{Secrets, BUNDLE_SETTLE};
+pub(crate) use bootstrap_kubeconfig::BootstrapKubeconfig;
+pub(crate) use kubelet::running_image;
+pub use kubelet::KUBELET_ENV;
+pub(crate) use kubelet_ca::KubeletCa;
+pub(crate) use kubelet_credentials::{KubeletCredentials, APPROVAL_WAIT};
+pub(crate) use kubelet_running::KubeletRunning;
+pub(crate) use kubelet_unit::KubeletUnit;
+pub(crate) use node_files::NodeFiles;
+pub(crate) use relabel::Relabel;
+pub(crate) use secrets::Secrets;
 
 use crate::engine::Engine;
 

@@ -23,7 +23,7 @@ const APPLIED_BY: [(&str, &str); 2] = [
 /// Host files kubelet and the CNI depend on: kernel modules, sysctls, logind's inhibitor delay
 /// for graceful node shutdown, the directories kubelet mounts, and on FCOS with flannel the
 /// `.link` file that keeps udev from replacing flannel's MAC.
-pub struct NodeFiles;
+pub(crate) struct NodeFiles;
 
 impl NodeFiles {
     fn set(cx: &Cx) -> FileSet {

@@ -14,7 +14,7 @@ use crate::engine::{Change, Cx, Observation, Step};
 /// a check reads only entries that changed since (inotify), so a pass with nothing changed costs
 /// no label reads at all.
 #[derive(Default)]
-pub struct Relabel {
+pub(crate) struct Relabel {
     trackers:
         std::sync::Mutex<std::collections::HashMap<PathBuf, nodectl_selinux::relabel::Tracker>>,
 }

@@ -15,13 +15,13 @@ use crate::fsio::{DirSpec, FileSpec};
 /// How long a bundle must be left alone (no modification) before it is read: a bundle copied in
 /// place (scp) is complete once its writer stopped. Renaming a finished file into the inbox is
 /// always safe.
-pub const BUNDLE_SETTLE: std::time::Duration = std::time::Duration::from_secs(1);
+pub(crate) const BUNDLE_SETTLE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Bootstrap secrets: bundles dropped into the inbox are checked whole, then every file is placed
 /// with its final owner, mode and label through the one atomic write; the bundle is then removed
 /// from the inbox. On a controller, kubelet waits until the control plane's certificates are in
 /// place.
-pub struct Secrets;
+pub(crate) struct Secrets;
 
 impl Secrets {
     /// Regular, non-hidden files in the inbox, by name (node paths).

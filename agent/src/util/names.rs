@@ -4,10 +4,10 @@
 /// Why a label or taint is refused (the message names it; it holds no credential).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
-pub struct SyntaxError(pub String);
+pub(crate) struct SyntaxError(pub String);
 
 /// A DNS-1123 label: at most 63 lowercase letters, digits and `-`, not starting or ending in `-`.
-pub fn is_dns_label(s: &str) -> bool {
+pub(crate) fn is_dns_label(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 63
         && s.chars()
@@ -17,13 +17,13 @@ pub fn is_dns_label(s: &str) -> bool {
 }
 
 /// DNS-1123 subdomain, what Kubernetes requires of node names.
-pub fn is_dns_subdomain(s: &str) -> bool {
+pub(crate) fn is_dns_subdomain(s: &str) -> bool {
     s.len() <= 253 && s.split('.').all(is_dns_label)
 }
 
 /// A label key: optional DNS-subdomain prefix and `/`, then a name of at most 63 characters of
 /// alphanumerics, `-`, `_`, `.`, starting and ending alphanumeric.
-pub fn is_label_key(k: &str) -> bool {
+pub(crate) fn is_label_key(k: &str) -> bool {
     let (prefix, name) = match k.rsplit_once('/') {
         Some((p, n)) => (Some(p), n),
         None => (None, k),
@@ -32,7 +32,7 @@ pub fn is_label_key(k: &str) -> bool {
 }
 
 /// A label value: empty, or at most 63 alphanumerics, `-`, `_`, `.`, alphanumeric at both ends.
-pub fn is_label_value(v: &str) -> bool {
+pub(crate) fn is_label_value(v: &str) -> bool {
     v.len() <= 63
         && v.chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
@@ -41,7 +41,7 @@ pub fn is_label_value(v: &str) -> bool {
 }
 
 /// A node label `key=value` (the master label refused: nodectl sets the controller label).
-pub fn parse_label(s: &str) -> Result<String, SyntaxError> {
+pub(crate) fn parse_label(s: &str) -> Result<String, SyntaxError> {
     let (k, v) = s.split_once('=').unwrap_or((s, ""));
     if !is_label_key(k) {
         return Err(SyntaxError(format!(
@@ -60,7 +60,7 @@ pub fn parse_label(s: &str) -> Result<String, SyntaxError> {
 }
 
 /// A taint `key=value:Effect` or `key:Effect`, checked and returned as written.
-pub fn parse_taint(s: &str) -> Result<String, SyntaxError> {
+pub(crate) fn parse_taint(s: &str) -> Result<String, SyntaxError> {
     let (kv, effect) = s.rsplit_once(':').ok_or_else(|| {
         SyntaxError(format!(
             "taint {s:?}: expected key=value:Effect or key:Effect"
@@ -81,7 +81,7 @@ pub fn parse_taint(s: &str) -> Result<String, SyntaxError> {
 }
 
 /// A FleetLock group name as Zincati accepts it: `^[a-zA-Z0-9.-]+$`.
-pub fn valid_group(g: &str) -> bool {
+pub(crate) fn valid_group(g: &str) -> bool {
     !g.is_empty()
         && g.chars()
             .all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '-')

@@ -4,7 +4,7 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// `YYYY-MM-DD-HH-MM-SS` in UTC, as kubelet's certificate store names its files.
-pub fn stamp(t: SystemTime) -> String {
+pub(crate) fn stamp(t: SystemTime) -> String {
     let secs = t.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs() as i64;
     let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
     // Civil date from days since the epoch (Howard Hinnant's algorithm).
@@ -26,14 +26,14 @@ pub fn stamp(t: SystemTime) -> String {
 }
 
 /// `2026-11-30T04:10:36Z` (UTC, seconds).
-pub fn rfc3339(t: SystemTime) -> String {
+pub(crate) fn rfc3339(t: SystemTime) -> String {
     let s = stamp(t);
     // stamp: YYYY-MM-DD-HH-MM-SS
     format!("{}T{}:{}:{}Z", &s[..10], &s[11..13], &s[14..16], &s[17..19])
 }
 
 /// Now, as Unix seconds.
-pub fn now_secs() -> u64 {
+pub(crate) fn now_secs() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())
@@ -41,14 +41,14 @@ pub fn now_secs() -> u64 {
 }
 
 /// The time left until `until` (zero once it passed).
-pub fn left(until: SystemTime) -> Duration {
+pub(crate) fn left(until: SystemTime) -> Duration {
     until
         .duration_since(SystemTime::now())
         .unwrap_or(Duration::ZERO)
 }
 
 /// `71h 58m`, `12m 5s`, `-3m 2s` (expired).
-pub fn human_duration(secs: i64) -> String {
+pub(crate) fn human_duration(secs: i64) -> String {
     let (sign, s) = if secs < 0 { ("-", -secs) } else { ("", secs) };
     if s >= 3600 {
         format!("{sign}{}h {}m", s / 3600, s % 3600 / 60)

@@ -86,7 +86,7 @@ impl From<Window> for String {
 }
 
 /// Whether local time (`day`, minutes after midnight) is inside a window (pure).
-pub fn open_at(windows: &[Window], day: Weekday, minute: u32) -> bool {
+pub(crate) fn open_at(windows: &[Window], day: Weekday, minute: u32) -> bool {
     windows.iter().any(|w| {
         w.days.iter().any(|&d| {
             // Minutes since the window's start day's midnight, looking back up to a week.
@@ -100,7 +100,7 @@ pub fn open_at(windows: &[Window], day: Weekday, minute: u32) -> bool {
 }
 
 /// Whether now is inside a window in `time_zone` (`UTC`, `localtime` or an IANA name).
-pub fn open_now(windows: &[Window], zone: &Zone) -> bool {
+pub(crate) fn open_now(windows: &[Window], zone: &Zone) -> bool {
     if windows.is_empty() {
         return true;
     }
@@ -157,7 +157,7 @@ impl From<Zone> for String {
 }
 
 /// Resolves a time zone name: `UTC`, `localtime` (the system's) or an IANA name.
-pub fn zone(name: &str) -> Result<Zone, WindowError> {
+pub(crate) fn zone(name: &str) -> Result<Zone, WindowError> {
     let tz = match name {
         "UTC" => jiff::tz::TimeZone::UTC,
         "localtime" => jiff::tz::TimeZone::system(),

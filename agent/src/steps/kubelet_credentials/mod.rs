@@ -46,11 +46,11 @@ use crate::engine::{Change, Cx, Observation, Step};
 use crate::util::time::{left, rfc3339};
 use request::Phase;
 
-pub use crate::credentials::policy::APPROVAL_WAIT;
+pub(crate) use crate::credentials::policy::APPROVAL_WAIT;
 
 /// The step; its state lives across passes (the daemon keeps one engine).
 #[derive(Default)]
-pub struct KubeletCredentials {
+pub(crate) struct KubeletCredentials {
     state: request::Shared,
 }
 
