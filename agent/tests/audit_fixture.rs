@@ -277,6 +277,57 @@ fn every_controller_finding_is_reported() {
     assert_eq!(rc, 0);
 }
 
+/// A controller laid out as Typhoon's script does (keys 0644 in a 0755 directory, readable by
+/// every local user) is reported; `--fix` gives the keys to the control plane's uid (65534, the
+/// static pods' `runAsUser` in terraform-render-bootstrap's manifests) with 0600/0700, so the
+/// pods still read them and nobody else does; nodectld's own layout has no finding.
+#[test]
+fn a_typhoon_controller_is_fixed_without_locking_out_its_control_plane() {
+    use std::os::unix::fs::MetadataExt;
+    let d = node("[node]\nrole = \"controller\"\nname = \"controller-0\"\n");
+    let r = d.path();
+    put(
+        r,
+        "/etc/kubernetes/pki/apiserver.key",
+        b"-----BEGIN EC PRIVATE KEY-----\nMHc=\n-----END EC PRIVATE KEY-----\n",
+        0o644,
+    );
+    put(
+        r,
+        "/etc/kubernetes/pki/admin.conf",
+        b"users:\n- user:\n    client-key-data: abc\n",
+        0o644,
+    );
+    chmod(r, "/etc/kubernetes/pki", 0o755);
+    let (rc, out, err) = nodectl(r, &["audit", "--json"]);
+    assert_eq!(ids(&out), ["key-dir-mode", "key-mode"], "{out}{err}");
+    assert_eq!(rc, 3);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    for f in v["findings"].as_array().unwrap() {
+        assert_eq!(f["remedy"]["action"], "own", "{f}");
+        assert_eq!(f["remedy"]["uid"], 65534, "{f}");
+    }
+    if !nix::unistd::geteuid().is_root() {
+        return; // chown needs root (CI runs as root)
+    }
+    let (_, _, err) = nodectl(r, &["audit", "--fix"]);
+    for (p, mode) in [
+        ("etc/kubernetes/pki", 0o700),
+        ("etc/kubernetes/pki/apiserver.key", 0o600),
+        ("etc/kubernetes/pki/admin.conf", 0o600),
+    ] {
+        let m = std::fs::metadata(r.join(p)).unwrap();
+        assert_eq!(
+            (m.uid(), m.gid(), m.mode() & 0o777),
+            (65534, 65534, mode),
+            "{p}: {err}"
+        );
+    }
+    let (rc, out, _) = nodectl(r, &["audit", "--json"]);
+    assert_eq!(ids(&out), Vec::<String>::new(), "{out}");
+    assert_eq!(rc, 0);
+}
+
 #[test]
 fn container_linux_is_reported_end_of_life() {
     let d = node(WORKER);

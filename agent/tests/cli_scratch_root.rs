@@ -12,6 +12,8 @@ fn scratch(config: &str) -> tempfile::TempDir {
     let d = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(d.path().join("etc/nodectl/config.d")).unwrap();
     std::fs::write(d.path().join("etc/os-release"), FCOS).unwrap();
+    // DNS configured (the node-identity step waits for it).
+    std::fs::write(d.path().join("etc/resolv.conf"), "nameserver 10.0.0.2\n").unwrap();
     std::fs::write(d.path().join("etc/nodectl/config.d/10-node.toml"), config).unwrap();
     d
 }
@@ -129,7 +131,7 @@ async fn kubelet_starts_only_after_bootstrap_kubeconfig_and_reruns_make_no_calls
     // kubelet gets the node's own kubeconfig, never the bootstrap one.
     let env = std::fs::read_to_string(d.path().join("etc/kubernetes/kubelet.env")).unwrap();
     assert!(
-        env.ends_with("KUBELET_KUBECONFIG=--kubeconfig=/var/lib/kubelet/kubeconfig\n"),
+        env.contains("KUBELET_KUBECONFIG=--kubeconfig=/var/lib/kubelet/kubeconfig\n"),
         "{env}"
     );
     let kc = std::fs::read_to_string(d.path().join("var/lib/kubelet/kubeconfig")).unwrap();
@@ -207,7 +209,7 @@ fn status_without_daemon_reads_disk_and_says_so() {
     assert_eq!(v["host"]["selinux"]["mode"], "absent");
     assert_eq!(v["host"]["labels_applied"], false);
     assert_eq!(v["settings"]["role"], "worker");
-    assert_eq!(v["steps"].as_array().unwrap().len(), 8);
+    assert_eq!(v["steps"].as_array().unwrap().len(), 9);
     let (_, human, _) = nodectl(d.path(), &["status"]);
     assert!(human.contains("nodectld: not running"), "{human}");
     assert!(
@@ -357,6 +359,17 @@ async fn controller_waits_for_its_bundle_then_places_it_and_starts_kubelet() {
         use std::os::unix::fs::MetadataExt;
         let m = std::fs::metadata(r.join("etc/ssl/etcd/etcd/peer.key")).unwrap();
         assert_eq!((m.uid(), m.gid()), (232, 232), "etcd files belong to etcd");
+        // The control plane's static pods run as uid 65534 (terraform-render-bootstrap's
+        // manifests): its keys, kubeconfigs and their directory are that uid's, 0600/0700.
+        for p in [
+            "etc/kubernetes/pki",
+            "etc/kubernetes/pki/ca.key",
+            "etc/kubernetes/pki/admin.conf",
+            "etc/kubernetes/pki/etcd-client.key",
+        ] {
+            let m = std::fs::metadata(r.join(p)).unwrap();
+            assert_eq!((m.uid(), m.gid()), (65534, 65534), "{p}");
+        }
     }
     assert!(
         !r.join("var/lib/nodectl/inbox/assets").exists(),
@@ -402,7 +415,7 @@ async fn a_controller_starts_kubelet_standalone_until_its_certificate_is_issued(
     );
     assert_eq!(calls(r)["start"], 1, "kubelet not started standalone");
     let env = std::fs::read_to_string(r.join("etc/kubernetes/kubelet.env")).unwrap();
-    assert!(env.ends_with("KUBELET_KUBECONFIG=\n"), "{env}");
+    assert!(env.contains("KUBELET_KUBECONFIG=\n"), "{env}");
     assert!(!r.join("var/lib/kubelet/kubeconfig").exists());
     // A worker in the same spot waits and does not start kubelet.
     let w = scratch(&example_worker());

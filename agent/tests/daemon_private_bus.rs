@@ -105,6 +105,7 @@ async fn daemon_serves_status_and_wakes_on_events() {
         "ID=debian\nPRETTY_NAME=\"Debian 12\"\n",
     )
     .unwrap();
+    std::fs::write(root.join("etc/resolv.conf"), "nameserver 10.0.0.2\n").unwrap();
     std::fs::write(
         root.join("etc/nodectl/config.d/10-node.toml"),
         "[node]\nrole = \"worker\"\nname = \"w1\"\n",

@@ -1,5 +1,7 @@
-//! Golden tests: every file nodectl renders, for an FCOS controller, an FCOS worker and a
-//! Flatcar worker, byte for byte against tests/golden/<case>/<path on the node>.
+//! Golden tests: every file nodectl renders, for an FCOS controller, an FCOS worker, a Flatcar
+//! controller and a Flatcar worker, byte for byte against tests/golden/<case>/<path on the node>.
+//! Each node has a hostname (`/etc/hostname`); where it is not the node name, kubelet gets
+//! `--hostname-override`.
 //!
 //! A change to a rendered file fails here with a diff. If the change is intended, regenerate with
 //! `NODECTL_BLESS=1 cargo test -p nodectl --test golden` and review the golden diff in the commit.
@@ -15,6 +17,8 @@ const RENDERED: &[&str] = &[
     "/etc/systemd/system/kubelet.service",
     "/etc/systemd/system/kubelet.service.d/00-nodectl-image.conf",
     "/etc/kubernetes/kubelet.yaml",
+    "/etc/kubernetes/kubelet-standalone.yaml",
+    "/etc/kubernetes/kubelet.env",
     "/etc/kubernetes/ca.crt",
     "/etc/modules-load.d/nodectl.conf",
     "/etc/sysctl.d/50-nodectl.conf",
@@ -29,9 +33,12 @@ fn golden_dir(case: &str) -> PathBuf {
 }
 
 /// The host's SELinux state as selinuxfs shows it: (enforce, mls).
-fn render(case: &str, os_release: &str, selinux: (&str, &str), config: &str) {
+fn render(case: &str, os_release: &str, selinux: (&str, &str), hostname: &str, config: &str) {
     let d = tempfile::tempdir().unwrap();
     let r = d.path();
+    std::fs::create_dir_all(r.join("etc")).unwrap();
+    std::fs::write(r.join("etc/hostname"), format!("{hostname}\n")).unwrap();
+    std::fs::write(r.join("etc/resolv.conf"), "nameserver 10.0.0.2\n").unwrap();
     std::fs::create_dir_all(r.join("sys/fs/selinux")).unwrap();
     std::fs::write(r.join("sys/fs/selinux/enforce"), selinux.0).unwrap();
     std::fs::write(r.join("sys/fs/selinux/mls"), selinux.1).unwrap();
@@ -104,6 +111,7 @@ fn fcos_controller() {
         "fcos-controller",
         FCOS,
         ("1", "1"),
+        "controller-0",
         "[node]\nrole = \"controller\"\nname = \"controller-0\"\n[network]\nprovider = \"flannel\"\n",
     );
 }
@@ -114,6 +122,7 @@ fn fcos_worker() {
         "fcos-worker",
         FCOS,
         ("1", "1"),
+        "ip-10-0-1-7",
         "[node]\nrole = \"worker\"\nname = \"worker-1\"\nlabels = [\"example.com/pool=blue\"]\ntaints = [\"dedicated=gpu:NoSchedule\"]\n[kubelet]\nimage = \"quay.io/poseidon/kubelet:v1.36.1\"\n[network]\nprovider = \"calico\"\n",
     );
 }
@@ -124,6 +133,18 @@ fn flatcar_worker() {
         "flatcar-worker",
         FLATCAR,
         ("0", "1"),
+        "worker-2",
         "[node]\nrole = \"worker\"\nname = \"worker-2\"\n[network]\nprovider = \"flannel\"\n[kubelet]\nseccomp_default = false\ncluster_dns = \"10.8.0.10\"\n",
+    );
+}
+
+#[test]
+fn flatcar_controller() {
+    render(
+        "flatcar-controller",
+        FLATCAR,
+        ("0", "1"),
+        "Controller-1.Example.COM",
+        "[node]\nrole = \"controller\"\nname = \"controller-1.example.com\"\n[network]\nprovider = \"cilium\"\n",
     );
 }

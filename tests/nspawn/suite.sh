@@ -44,6 +44,20 @@ human=$(nodectl status)
 printf '%s\n' "$human" | sed 's/^/  | /'
 check "human status names the daemon state" grep -q "nodectld: ready" <<<"$human"
 
+echo "## node identity: a hostname of localhost keeps nodectld waiting, and says why, until it changes"
+cp /etc/nodectl/config.d/10-node.toml /root/10-node.toml
+echo localhost >/etc/hostname
+printf '[node]\nrole = "worker"\n' >/etc/nodectl/config.d/10-node.toml   # node.name unset: the hostname
+check "status: node-identity waits for a hostname other than localhost" wait_until 10 sh -c \
+  'nodectl status --json | jq -e ".steps[] | select(.id==\"node-identity\") | .state == \"waiting\" and (.waiting_for | test(\"hostname other than .localhost.\"))"'
+check "and the certificate request waits for it" sh -c \
+  'nodectl status --json | jq -e ".steps[] | select(.id==\"kubelet-credentials\") | .state == \"blocked\""'
+check "sd_notify STATUS= names it" sh -c 'systemctl show -p StatusText --value nodectld.service | grep -q "node-identity: a hostname other than"'
+echo worker-1 >/etc/hostname
+check "a new hostname ends the wait at once (inotify on /etc/hostname)" wait_until 5 sh -c \
+  'nodectl status --json | jq -e ".steps[] | select(.id==\"node-identity\") | .state == \"converged\" and (.detail | test(\"node name worker-1\"))"'
+cp /root/10-node.toml /etc/nodectl/config.d/10-node.toml
+
 echo "## sequencing: the bootstrap kubeconfig arrives (inotify); TLS bootstrap against the API double; kubelet starts"
 # The kube-apiserver double on loopback, approving after 9 s (longer than the 5 s a pass waits
 # for a request, so the status shows the wait).

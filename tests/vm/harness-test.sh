@@ -11,7 +11,7 @@ bound=45
 
 printf 'exit 0\n' >"$log.ok"
 start=$SECONDS
-VM_APPEND="systemd.mask=test-runner.service" VM_BOOT_TIMEOUT=$bound VM_BOOT_RETRIES=1 \
+VM_APPEND="systemd.mask=nodectl-test-runner.service" VM_BOOT_TIMEOUT=$bound VM_BOOT_RETRIES=1 \
   tests/vm/run-in-vm.sh "$log.ok" >/dev/null 2>"$log"
 rc=$?
 took=$((SECONDS - start))

@@ -4,7 +4,8 @@
 # (a 9p share).
 # Exit status: SCRIPT's (124 timeout, 125 harness error, 126 every boot hung). The disk is attached
 # snapshot=on, so the cached image is never modified. Env: VM_CACHE, VM_MEM=2048, VM_CPUS=2,
-# VM_TIMEOUT=900, KEEP=1, VM_APPEND (extra kernel parameters).
+# VM_TIMEOUT=900, KEEP=1, VM_APPEND (extra kernel parameters), VM_ACCEL (QEMU's -accel; the
+# default was chosen by a batch of boots, docs/testing.md).
 # A boot that hangs (the runner's TESTRUNNER-START not seen within VM_BOOT_TIMEOUT=150 s: TCG
 # boots take 20-40 s here; about one in six used to stall in RCU forever) is killed, its console
 # tail shown, and the VM booted again, at most VM_BOOT_RETRIES=2 more times. A suite that started
@@ -39,7 +40,7 @@ retries=${VM_BOOT_RETRIES:-2}
 boot() {
   rm -rf "$share/out"; : >"$work/console.log"; : >"$work/runner.log"
   # One NIC on an isolated QEMU hub with no host backend: no traffic leaves the VM.
-  timeout "${VM_TIMEOUT:-900}" qemu-system-x86_64 -accel tcg,thread=multi,tb-size=512 -cpu max -machine q35 \
+  timeout "${VM_TIMEOUT:-900}" qemu-system-x86_64 -accel "${VM_ACCEL:-tcg,thread=multi,tb-size=512}" -cpu max -machine q35 \
     -m "${VM_MEM:-2048}" -smp "${VM_CPUS:-2}" -display none -monitor none -no-reboot \
     -kernel "$VM_CACHE/vmlinuz" -initrd "$VM_CACHE/initrd.img" -append "$append" \
     -drive "file=$VM_CACHE/disk.raw,format=raw,if=virtio,snapshot=on,cache=unsafe" \

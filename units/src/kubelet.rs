@@ -36,21 +36,22 @@ pub struct KubeletSpec {
     /// Extra `--register-with-taints` values (`key=value:Effect`), after the role taint.
     pub taints: Vec<String>,
     /// kubelet's `EnvironmentFile=`: `KUBELET_KUBECONFIG` is `--kubeconfig=<path>` once the node
-    /// has its own credentials, empty before (standalone). kubelet never gets the bootstrap
-    /// kubeconfig: nodectld does the TLS bootstrap and the rotation.
+    /// has its own credentials, empty before (standalone); `KUBELET_CONFIG` is `--config=<path>`
+    /// (a controller's standalone configuration before its credentials). kubelet never gets the
+    /// bootstrap kubeconfig: nodectld does the TLS bootstrap and the rotation.
     pub env_file: String,
-    /// Paths as kubelet sees them.
-    pub config: String,
     /// Give volumes SELinux options (`:z`); on hosts without SELinux they are left off.
     pub selinux: bool,
+    /// `--hostname-override`: the node name nodectld requested the certificate for, when it is
+    /// not what kubelet would take from the hostname (kubelet registers under the lowercased
+    /// hostname otherwise, and the Node authorizer refuses a Node that is not the certificate's).
+    pub hostname_override: Option<String>,
 }
 
 impl KubeletSpec {
     fn flags(&self) -> Vec<String> {
-        let mut f = vec![
-            format!("--config={}", self.config),
-            "--container-runtime-endpoint=unix:///run/containerd/containerd.sock".to_string(),
-        ];
+        let mut f =
+            vec!["--container-runtime-endpoint=unix:///run/containerd/containerd.sock".to_string()];
         match self.role {
             Role::Controller => {
                 f.push("--node-labels=node.kubernetes.io/controller=true".into());
@@ -66,8 +67,13 @@ impl KubeletSpec {
                 .iter()
                 .map(|t| format!("--register-with-taints={t}")),
         );
+        if let Some(name) = &self.hostname_override {
+            f.push(format!("--hostname-override={name}"));
+        }
         let mut words: Vec<String> = f.into_iter().map(|w| exec_quote(&w)).collect();
-        // Unbraced: systemd splits it into words, and an empty value into none.
+        // From the env file, read at each start (so switching them needs no daemon-reload).
+        // Unbraced: systemd splits each into words, and an empty value into none.
+        words.insert(0, "$KUBELET_CONFIG".into());
         words.insert(2, "$KUBELET_KUBECONFIG".into());
         words
     }
@@ -132,8 +138,13 @@ impl KubeletSpec {
             .set("Description", "Kubelet (System Container)")
             .set("Wants", "rpc-statd.service")
             .set("After", "nodectld.service");
+        // kubelet talks to containerd's CRI socket (`--container-runtime-endpoint`): on FCOS
+        // Typhoon enables containerd.service (its config.toml stays in Butane, docs/install.md);
+        // on Flatcar docker.service runs both the kubelet container and containerd.
         let unit = match self.runtime {
-            Runtime::Podman => unit,
+            Runtime::Podman => unit
+                .set("Wants", "containerd.service")
+                .set("After", "containerd.service"),
             Runtime::Docker => unit
                 .set("Requires", "docker.service")
                 .set("After", "docker.service"),
@@ -218,9 +229,27 @@ mod tests {
             labels: vec!["pool=blue".into()],
             taints: vec!["gpu=true:NoSchedule".into()],
             env_file: "/etc/kubernetes/kubelet.env".into(),
-            config: "/etc/kubernetes/kubelet.yaml".into(),
             selinux: true,
+            hostname_override: None,
         }
+    }
+
+    #[test]
+    fn kubelet_is_ordered_after_its_runtime_and_named_when_asked() {
+        let u = spec(Runtime::Podman, Role::Worker).unit();
+        assert!(
+            u.contains("Wants=containerd.service\nAfter=containerd.service"),
+            "{u}"
+        );
+        assert!(!u.contains("--hostname-override"));
+        let u = spec(Runtime::Docker, Role::Worker).unit();
+        assert!(
+            u.contains("Requires=docker.service\nAfter=docker.service"),
+            "{u}"
+        );
+        let mut s = spec(Runtime::Podman, Role::Worker);
+        s.hostname_override = Some("worker-1.example".into());
+        assert!(s.unit().contains(" --hostname-override=worker-1.example"));
     }
 
     #[test]
@@ -303,23 +332,28 @@ pub struct KubeletConfig {
     pub seccomp_default: bool,
     /// Where kubelet finds the cluster CA it verifies clients against.
     pub client_ca_file: String,
+    /// A controller's kubelet before the node has its own credentials: no API client, so no
+    /// webhook authentication or authorization (a real kubelet refuses to start with them and
+    /// no client: cmd/kubelet/app/auth.go BuildAuthn, "no client provided, cannot use webhook
+    /// authentication"). Clients are authenticated by certificate (the cluster CA) only.
+    pub standalone: bool,
 }
 
 impl KubeletConfig {
     pub fn render(&self) -> String {
         format!(
             "# Managed by nodectl: changes here are overwritten (see nodectl's kubelet.* settings).
-apiVersion: kubelet.config.k8s.io/v1beta1
+{standalone}apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 authentication:
   anonymous:
     enabled: false
   webhook:
-    enabled: true
+    enabled: {webhook}
   x509:
     clientCAFile: {ca}
 authorization:
-  mode: Webhook
+  mode: {authz}
 cgroupDriver: systemd
 clusterDNS:
   - {dns}
@@ -339,6 +373,19 @@ volumePluginDir: /var/lib/kubelet/volumeplugins
             dns = self.cluster_dns,
             domain = self.cluster_domain,
             seccomp = self.seccomp_default,
+            webhook = !self.standalone,
+            authz = if self.standalone {
+                "AlwaysAllow"
+            } else {
+                "Webhook"
+            },
+            standalone = if self.standalone {
+                "# Standalone (a controller before its certificate): no API client, so no webhook\n\
+                 # authentication or authorization; only clients with a certificate of the cluster\n\
+                 # CA reach the kubelet API. Replaced by kubelet.yaml once the node has credentials.\n"
+            } else {
+                ""
+            },
         )
     }
 }
@@ -354,8 +401,19 @@ mod config_tests {
             cluster_domain: "cluster.local".into(),
             seccomp_default: true,
             client_ca_file: "/etc/kubernetes/ca.crt".into(),
+            standalone: false,
         };
         let y = c.render();
+        assert!(y.contains("  webhook:\n    enabled: true\n") && y.contains("mode: Webhook"));
+        let sa = KubeletConfig {
+            standalone: true,
+            ..c.clone()
+        }
+        .render();
+        assert!(
+            sa.contains("  webhook:\n    enabled: false\n") && sa.contains("mode: AlwaysAllow")
+        );
+        assert!(sa.contains("anonymous:\n    enabled: false"));
         for want in [
             "kind: KubeletConfiguration",
             "cgroupDriver: systemd",

@@ -6,6 +6,10 @@ use std::path::Path;
 use super::snapshot::{Snapshot, APISERVER_MANIFEST, BOOTSTRAP_TOKEN_MANIFEST, ETCD_ENV};
 use super::{finding, Finding, Remedy};
 use crate::config::Role;
+use crate::steps::CONTROL_PLANE_UID;
+
+/// Where the control plane's keys and kubeconfigs live.
+const CONTROL_PLANE_PKI: &str = "/etc/kubernetes/pki";
 
 /// Every check, in no particular order (the caller sorts).
 pub(super) fn all(s: &Snapshot) -> Vec<Finding> {
@@ -210,6 +214,22 @@ fn etcd(s: &Snapshot, out: &mut Vec<Finding>) {
     }
 }
 
+/// The remedy for a key or key directory opened too wide: 0600/0700; under
+/// `/etc/kubernetes/pki` on a controller, also given to the control plane's uid, whose static
+/// pods read it (a chmod alone would lock them out of a Typhoon-laid-out controller).
+fn tighten(s: &Snapshot, path: &Path, mode: u32) -> Remedy {
+    let uid = CONTROL_PLANE_UID;
+    if s.role == Role::Controller && path.starts_with(CONTROL_PLANE_PKI) {
+        Remedy::Own {
+            uid,
+            gid: uid,
+            mode,
+        }
+    } else {
+        Remedy::Chmod { mode }
+    }
+}
+
 /// Keys and credentials: their modes, their directories' modes, their labels.
 fn keys(s: &Snapshot, out: &mut Vec<Finding>) {
     let mut dirs_flagged = BTreeSet::new();
@@ -224,8 +244,8 @@ fn keys(s: &Snapshot, out: &mut Vec<Finding>) {
                     f.path.display(),
                     f.mode
                 ),
-                "chmod 0600 (nodectl audit --fix does)",
-                Some(Remedy::Chmod { mode: 0o600 }),
+                "chmod 0600 (nodectl audit --fix does; on a controller's pki also chown 65534, the control plane's uid)",
+                Some(tighten(s, &f.path, 0o600)),
             ));
         }
         if let Some((parent, m)) = &f.dir {
@@ -238,8 +258,8 @@ fn keys(s: &Snapshot, out: &mut Vec<Finding>) {
                     parent,
                     "mode",
                     format!("{} is {m:04o} and holds private keys", parent.display()),
-                    "chmod 0700 (nodectl audit --fix does)",
-                    Some(Remedy::Chmod { mode: 0o700 }),
+                    "chmod 0700 (nodectl audit --fix does; on a controller's pki also chown 65534)",
+                    Some(tighten(s, parent, 0o700)),
                 ));
             }
         }

@@ -15,6 +15,9 @@ pub(crate) fn fix(w: &Writer, findings: &[Finding]) -> Vec<String> {
             Some(Remedy::Remove) => w.remove(&f.path).map(|_| ()).map_err(anyhow::Error::from),
             Some(Remedy::Chmod { mode }) => w.set_mode(&f.path, *mode).map_err(anyhow::Error::from),
             Some(Remedy::Relabel) => relabel(w, f),
+            Some(Remedy::Own { uid, gid, mode }) => w
+                .set_owner_and_mode(&f.path, *uid, *gid, *mode)
+                .map_err(anyhow::Error::from),
         };
         let line = match r {
             Ok(()) => format!(

@@ -38,6 +38,16 @@ pub enum Remedy {
     },
     /// Give the file its policy default label (not readable by containers).
     Relabel,
+    /// Give the file (or directory) to this uid and gid with this mode: the control plane's
+    /// keys, which its static pods (uid 65534) must still read after the fix.
+    Own {
+        /// The owner.
+        uid: u32,
+        /// The group.
+        gid: u32,
+        /// The mode.
+        mode: u32,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

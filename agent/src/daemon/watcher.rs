@@ -74,6 +74,10 @@ impl Watcher {
                 &s.bootstrap_kubeconfig,
                 Trigger::InputChange,
             ));
+            // The node's name and DNS (the node-identity step waits for them).
+            for f in ["/etc/hostname", crate::steps::RESOLV_CONF] {
+                want.push(nearest_file(root, Path::new(f), Trigger::InputChange));
+            }
             let inbox = Interest::AnyEntry(Trigger::InputChange);
             want.push(nearest(root, &s.secrets_inbox, inbox, Trigger::InputChange));
             // The node kubeconfig and the key directory (the bootstrap kubeconfig is watched

@@ -183,6 +183,18 @@ pub(crate) struct Rule {
 
 const SHARED: Option<&str> = Some("system_u:object_r:container_file_t:s0");
 
+/// The uid the control plane's static pods run as: terraform-render-bootstrap
+/// `resources/static-manifests/kube-{apiserver,controller-manager,scheduler}.yaml` have the pod
+/// `securityContext: {runAsNonRoot: true, runAsUser: 65534}` and no runAsGroup, fsGroup or
+/// supplementalGroups, and mount `/etc/kubernetes/pki` by hostPath. Their keys and kubeconfigs
+/// belong to that uid (0600 in a 0700 directory): they read them, no other local user does
+/// (Typhoon leaves them 0644 in a 0755 directory, readable by everyone). Numeric: FCOS calls
+/// 65534 `nfsnobody` (its `nobody` is 99), Flatcar `nobody`.
+pub const CONTROL_PLANE_UID: u32 = 65534;
+
+/// [`CONTROL_PLANE_UID`] as a layout owner.
+const CONTROL_PLANE: &str = "65534";
+
 /// Typhoon's layout (`/opt/bootstrap/layout`), as data. First match wins. Files shared by the
 /// control-plane static pods get `container_file_t:s0`: no categories, readable by every
 /// container, never a private pair. Files private to one container (etcd's keys, the bootstrap
@@ -218,7 +230,7 @@ pub(crate) const TYPHOON_LAYOUT: &[Rule] = &[
         pattern: "tls/etcd/etcd-client*",
         dest: Some("/etc/kubernetes/pki"),
         base: "/etc/kubernetes/pki",
-        owner: "root",
+        owner: CONTROL_PLANE,
         dir_mode: 0o700,
         secret_mode: 0o600,
         file_mode: 0o644,
@@ -242,7 +254,7 @@ pub(crate) const TYPHOON_LAYOUT: &[Rule] = &[
         pattern: "auth/*",
         dest: Some("/etc/kubernetes/pki"),
         base: "/etc/kubernetes/pki",
-        owner: "root",
+        owner: CONTROL_PLANE,
         dir_mode: 0o700,
         secret_mode: 0o600,
         file_mode: 0o600,
@@ -254,7 +266,7 @@ pub(crate) const TYPHOON_LAYOUT: &[Rule] = &[
         pattern: "tls/k8s/*",
         dest: Some("/etc/kubernetes/pki"),
         base: "/etc/kubernetes/pki",
-        owner: "root",
+        owner: CONTROL_PLANE,
         dir_mode: 0o700,
         secret_mode: 0o600,
         file_mode: 0o644,
@@ -570,8 +582,12 @@ mod tests {
                 dir("/etc/kubernetes/pki").mode,
                 dir("/etc/kubernetes/pki").owner
             ),
-            (0o700, "root")
+            (0o700, CONTROL_PLANE)
         );
+        // The control plane's keys and kubeconfigs: its uid's, 0600.
+        for r in ["auth/admin.conf", "tls/k8s/ca.key"] {
+            assert_eq!((get(r).owner, get(r).mode), (CONTROL_PLANE, 0o600), "{r}");
+        }
         assert_eq!(
             (
                 dir("/etc/ssl/etcd/etcd").mode,

@@ -10,6 +10,8 @@ pub(crate) const SYSTEMD_DIR: &str = "/etc/systemd/system";
 pub(crate) const RESTART_MARKER: &str = "/run/nodectl/kubelet.restart-pending";
 pub(crate) const MANAGED_HEADER: &str = "# Managed by nodectl";
 pub(crate) const KUBELET_YAML: &str = "/etc/kubernetes/kubelet.yaml";
+/// A controller's KubeletConfiguration before the node has its credentials (no webhook).
+pub(crate) const KUBELET_STANDALONE_YAML: &str = "/etc/kubernetes/kubelet-standalone.yaml";
 /// The cluster CA kubelet verifies clients against, taken from the bootstrap kubeconfig.
 pub(crate) const KUBELET_CA: &str = "/etc/kubernetes/ca.crt";
 

@@ -19,6 +19,7 @@ impl Step for KubeletRunning {
     }
     fn deps(&self) -> &'static [&'static str] {
         &[
+            "node-identity",
             "node-files",
             "kubelet-unit",
             "secrets",

@@ -33,10 +33,14 @@ impl KubeletUnit {
             labels: s.labels.clone(),
             taints: s.taints.iter().map(|t| t.0.clone()).collect(),
             env_file: KUBELET_ENV.into(),
-            config: "/etc/kubernetes/kubelet.yaml".into(),
             // As Typhoon: relabel options where SELinux enforces (FCOS), none where it is only
             // permissive (Flatcar) or absent.
             selinux: cx.host.selinux.mode == nodectl_selinux::Mode::Enforcing,
+            // kubelet's name is its lowercased, trimmed hostname unless overridden
+            // (component-helpers node/util/hostname.go GetHostname).
+            hostname_override: Some(&s.node_name)
+                .filter(|n| **n != crate::load::hostname(&cx.root).trim().to_lowercase())
+                .cloned(),
         }
     }
 

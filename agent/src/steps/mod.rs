@@ -1,13 +1,13 @@
 //! The steps that bring a node up, and their dependencies:
 //!
 //! ```text
+//! node-identity ──> kubelet-credentials (below) ──────────────┐
 //! node-files ──────────────────────────────┐
 //! kubelet-unit ────────────────────────────┤
 //! secrets ──> relabel ─────────────────────┤
 //! secrets ──> bootstrap-kubeconfig ──> kubelet-ca ───────────┼──> kubelet-running
 //!             bootstrap-kubeconfig ──> kubelet-credentials ──┘
 //! ```
-
 //!
 //! One file per step; what steps share is in `fileset` (files a step owns) and `kubelet`
 //! (kubelet's paths, starting it). Adding a step: a new file with a type implementing
@@ -22,10 +22,12 @@ mod kubelet_credentials;
 mod kubelet_running;
 mod kubelet_unit;
 mod node_files;
+mod node_identity;
 mod relabel;
 mod secrets;
 
 pub(crate) use bootstrap_kubeconfig::BootstrapKubeconfig;
+pub(crate) use bundle::CONTROL_PLANE_UID;
 pub(crate) use kubelet::running_image;
 pub use kubelet::KUBELET_ENV;
 pub(crate) use kubelet_ca::KubeletCa;
@@ -33,6 +35,7 @@ pub(crate) use kubelet_credentials::{KubeletCredentials, APPROVAL_WAIT};
 pub(crate) use kubelet_running::KubeletRunning;
 pub(crate) use kubelet_unit::KubeletUnit;
 pub(crate) use node_files::NodeFiles;
+pub(crate) use node_identity::{NodeIdentity, RESOLV_CONF};
 pub(crate) use relabel::Relabel;
 pub(crate) use secrets::Secrets;
 
@@ -41,6 +44,7 @@ use crate::engine::Engine;
 /// The steps of a node, in an engine.
 pub fn engine() -> Engine {
     Engine::new(vec![
+        Box::new(NodeIdentity),
         Box::new(NodeFiles),
         Box::new(KubeletUnit),
         Box::new(Secrets),
@@ -63,6 +67,7 @@ mod tests {
     #[test]
     fn kubelet_running_depends_on_every_other_step() {
         let steps: Vec<Box<dyn Step>> = vec![
+            Box::new(NodeIdentity),
             Box::new(NodeFiles),
             Box::new(KubeletUnit),
             Box::new(Secrets),

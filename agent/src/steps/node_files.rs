@@ -9,7 +9,7 @@ use nodectl_units::kubelet::{self};
 
 use super::fileset::{managed_label, summary, FileSet};
 use super::kubelet::*;
-use crate::config::Network;
+use crate::config::{Network, Role};
 use crate::engine::{Change, Cx, Observation, Step};
 use crate::fsio::{DirSpec, FileSpec};
 use crate::host::Os;
@@ -50,13 +50,26 @@ impl NodeFiles {
             cluster_domain: s.cluster_domain.clone(),
             seccomp_default: s.seccomp_default,
             client_ca_file: KUBELET_CA.into(),
+            standalone: false,
         };
+        let mut remove_if_ours = Vec::new();
+        if s.role == Role::Controller {
+            let standalone = kubelet::KubeletConfig {
+                standalone: true,
+                ..kubelet_yaml.clone()
+            };
+            files.push(FileSpec {
+                label: managed_label(cx, Path::new(KUBELET_STANDALONE_YAML)),
+                ..FileSpec::new(KUBELET_STANDALONE_YAML, standalone.render(), 0o644)
+            });
+        } else {
+            remove_if_ours.push(PathBuf::from(KUBELET_STANDALONE_YAML));
+        }
         files.push(FileSpec {
             label: managed_label(cx, Path::new(KUBELET_YAML)),
             ..FileSpec::new(KUBELET_YAML, kubelet_yaml.render(), 0o644)
         });
         let link = PathBuf::from("/etc/systemd/network").join(kubelet::FLANNEL_LINK);
-        let mut remove_if_ours = Vec::new();
         // udev's default MACAddressPolicy=persistent would replace flannel.1's MAC on FCOS and on
         // other systemd hosts; Flatcar ships its own link file for flannel.
         if s.network == Network::Flannel && cx.host.os != Os::Flatcar {

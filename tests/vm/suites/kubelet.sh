@@ -33,7 +33,10 @@ check "kubelet.service becomes active" wait_until 60 sh -c '[ "$(systemctl is-ac
 check "the double saw the request from the bootstrap token and issued it" \
   grep -q "^MODIFIED node-csr-.* by system:bootstrap:abcdef conditions=\[Approved\] issued" /tmp/apiserver-double.log
 sed 's/^/  | double: /' /tmp/apiserver-double.log
-check "the stand-in runs with the node's own kubeconfig" wait_until 60 sh -c 'journalctl -u kubelet.service --no-pager -o cat | grep -q "kubelet stand-in: kubeconfig /var/lib/kubelet/kubeconfig"'
+check "the stand-in runs with the node's own kubeconfig" wait_until 60 sh -c 'journalctl -u kubelet.service --no-pager -o cat | grep -q "kubelet stand-in: node .*, kubeconfig /var/lib/kubelet/kubeconfig"'
+# The VM's hostname is nodevm, the node's name worker-1: kubelet must register as the name in
+# its certificate (system:node:worker-1), so it gets --hostname-override.
+check "kubelet registers under the node's name, not the hostname" sh -c 'journalctl -u kubelet.service --no-pager -o cat | grep -q "kubelet stand-in: node worker-1,"'
 expect "kubelet's env file gives it the node kubeconfig" "$(grep ^KUBELET_KUBECONFIG= /etc/kubernetes/kubelet.env)" "KUBELET_KUBECONFIG=--kubeconfig=/var/lib/kubelet/kubeconfig"
 check "kubelet never gets the bootstrap kubeconfig" sh -c "! podman inspect kubelet --format '{{.Args}}' | grep -q -- bootstrap-kubeconfig"
 expect "the node kubeconfig authenticates with the node certificate" \

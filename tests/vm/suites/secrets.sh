@@ -87,6 +87,17 @@ check "R2a kubelet starts once the bundle is placed" wait_until 20 sh -c '[ "$(s
 expect "R2b bundle removed from the inbox" "$(ls $INBOX | wc -l)" 0
 expect "R2c ca.key mode" "$(stat -c %a /etc/kubernetes/pki/ca.key)" 600
 expect "R2c pki dir mode" "$(stat -c %a /etc/kubernetes/pki)" 700
+expect "R2f pki owner: the control plane's uid (65534)" "$(stat -c '%u:%g %a' /etc/kubernetes/pki /etc/kubernetes/pki/ca.key /etc/kubernetes/pki/admin.conf | sort -u | tr '\n' ' ')" "65534:65534 600 65534:65534 700 "
+# terraform-render-bootstrap's static pods run as runAsUser 65534 (runAsNonRoot, no groups) with
+# /etc/kubernetes/pki by hostPath: that uid reads its keys, another uid (a container's or a local
+# user's) does not.
+out=$(podman run --rm --security-opt label=level:s0 --user 65534:65534 -v /etc/kubernetes/pki:/etc/kubernetes/pki:ro $IMG sh -c 'cat /etc/kubernetes/pki/ca.key /etc/kubernetes/pki/admin.conf' 2>&1)
+check "R2f a pod running as uid 65534 reads the keys" grep -q 'PRIVATE KEY' <<<"$out"
+check "R2f and the kubeconfigs" grep -q client-key-data <<<"$out"
+out=$(podman run --rm --security-opt label=level:s0 --user 1000:1000 -v /etc/kubernetes/pki:/etc/kubernetes/pki:ro $IMG cat /etc/kubernetes/pki/ca.key 2>&1)
+check "R2f a pod running as another uid cannot" grep -q 'Permission denied' <<<"$out"
+out=$(setpriv --reuid=1000 --regid=1000 --clear-groups cat /etc/kubernetes/pki/ca.key 2>&1)
+check "R2f nor can a local user" grep -q 'Permission denied' <<<"$out"
 expect "R2c etcd dir owner and mode" "$(stat -c '%U %a' /etc/ssl/etcd/etcd)" "etcd 700"
 expect "R2c etcd key owner and mode" "$(stat -c '%U %a' /etc/ssl/etcd/etcd/peer.key)" "etcd 600"
 bad=$(find /etc/kubernetes/pki /etc/kubernetes/manifests -exec stat -c '%C %n' {} + | grep -v "^$SHARED ")

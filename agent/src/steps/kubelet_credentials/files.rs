@@ -1,21 +1,28 @@
-//! The files kubelet reads for its API credentials: the env file (`KUBELET_KUBECONFIG`) and the
-//! node kubeconfig.
+//! The files kubelet reads for its API credentials: the env file (`KUBELET_KUBECONFIG`,
+//! `KUBELET_CONFIG`) and the node kubeconfig.
 
 use std::path::Path;
 
 use super::super::fileset::{managed_label, FileSet};
-use super::super::kubelet::{KUBELET_ENV, MANAGED_HEADER};
+use super::super::kubelet::{KUBELET_ENV, KUBELET_STANDALONE_YAML, KUBELET_YAML, MANAGED_HEADER};
 use crate::credentials;
 use crate::engine::Cx;
 use crate::fsio::FileSpec;
 
-pub(super) fn env_file(with_kubeconfig: Option<&Path>) -> FileSpec {
+/// kubelet.service's environment: the node kubeconfig once the node has its own credentials;
+/// before that (`standalone`, a controller whose static pods serve the API) no kubeconfig and
+/// the standalone configuration, which a real kubelet accepts without an API client.
+pub(super) fn env_file(with_kubeconfig: Option<&Path>, standalone: bool) -> FileSpec {
     let value = with_kubeconfig.map_or(String::new(), |p| format!("--kubeconfig={}", p.display()));
+    let config = if with_kubeconfig.is_none() && standalone {
+        KUBELET_STANDALONE_YAML
+    } else {
+        KUBELET_YAML
+    };
     FileSpec::new(
         KUBELET_ENV,
         format!(
-            "{}: kubelet's API credentials (empty: standalone, no node certificate yet).\nKUBELET_KUBECONFIG={value}\n",
-            MANAGED_HEADER
+            "{MANAGED_HEADER}: kubelet's API credentials (empty: standalone, no node certificate yet).\nKUBELET_KUBECONFIG={value}\nKUBELET_CONFIG=--config={config}\n",
         ),
         0o644,
     )
@@ -63,7 +70,7 @@ pub(super) fn files(cx: &Cx, own: bool) -> anyhow::Result<FileSet> {
     }
     // Inside a managed tree (`/etc/kubernetes` by default) it carries the tree's label, or
     // the relabel step and this one would undo each other.
-    let env = env_file(api);
+    let env = env_file(api, cx.settings.role == crate::config::Role::Controller);
     let label = managed_label(cx, &env.path);
     files.push(FileSpec { label, ..env });
     Ok(FileSet {

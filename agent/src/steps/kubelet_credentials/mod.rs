@@ -213,7 +213,7 @@ impl Step for KubeletCredentials {
         "the node's own client certificate (TLS bootstrap, rotation) and kubelet's kubeconfig"
     }
     fn deps(&self) -> &'static [&'static str] {
-        &["bootstrap-kubeconfig"]
+        &["node-identity", "bootstrap-kubeconfig"]
     }
     fn observe<'a>(&'a self, cx: &'a Cx) -> BoxFuture<'a, anyhow::Result<Observation>> {
         async move {
@@ -284,10 +284,15 @@ mod tests {
 
     #[test]
     fn the_env_file_switches_kubelet_between_standalone_and_the_api() {
-        let s = String::from_utf8(env_file(None).content).unwrap();
-        assert!(s.ends_with("KUBELET_KUBECONFIG=\n"), "{s}");
-        let s = String::from_utf8(env_file(Some(Path::new("/var/lib/kubelet/kubeconfig"))).content)
-            .unwrap();
-        assert!(s.ends_with("KUBELET_KUBECONFIG=--kubeconfig=/var/lib/kubelet/kubeconfig\n"));
+        let s = String::from_utf8(env_file(None, true).content).unwrap();
+        assert!(
+            s.ends_with("KUBELET_KUBECONFIG=\nKUBELET_CONFIG=--config=/etc/kubernetes/kubelet-standalone.yaml\n"),
+            "{s}"
+        );
+        let kc = Path::new("/var/lib/kubelet/kubeconfig");
+        for standalone in [true, false] {
+            let s = String::from_utf8(env_file(Some(kc), standalone).content).unwrap();
+            assert!(s.ends_with("KUBELET_KUBECONFIG=--kubeconfig=/var/lib/kubelet/kubeconfig\nKUBELET_CONFIG=--config=/etc/kubernetes/kubelet.yaml\n"), "{s}");
+        }
     }
 }

@@ -4,6 +4,8 @@
 //! mislabeled one. Content that is already right is not rewritten; wrong metadata on right
 //! content is fixed in place.
 
+mod attrs;
+
 use std::fmt;
 use std::fs::{self, File};
 use std::io::{self, Write};
@@ -430,20 +432,6 @@ impl<'a> Writer<'a> {
         } else {
             Ok(Outcome::MetadataFixed)
         }
-    }
-
-    /// Sets the mode of an existing file or directory through a descriptor opened without
-    /// following a symlink (a link in its place is refused, never followed).
-    pub fn set_mode(&self, node_path: &Path, mode: u32) -> Result<(), WriteError> {
-        use std::os::unix::fs::OpenOptionsExt;
-        let real = self.root.path(node_path);
-        let f = fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
-            .open(&real)
-            .map_err(werr(&real, "open"))?;
-        f.set_permissions(fs::Permissions::from_mode(mode))
-            .map_err(werr(&real, "chmod"))
     }
 
     /// Removes a file (not a directory); `false` when it was not there.

@@ -1,0 +1,47 @@
+//! Changing what an existing file's metadata is, through a descriptor opened without following
+//! a symlink (`nodectl audit --fix`).
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+use super::{werr, WriteError, Writer};
+
+impl Writer<'_> {
+    /// Sets the mode of an existing file or directory through a descriptor opened without
+    /// following a symlink (a link in its place is refused, never followed).
+    pub fn set_mode(&self, node_path: &Path, mode: u32) -> Result<(), WriteError> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let real = self.root.path(node_path);
+        let f = fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+            .open(&real)
+            .map_err(werr(&real, "open"))?;
+        f.set_permissions(fs::Permissions::from_mode(mode))
+            .map_err(werr(&real, "chmod"))
+    }
+
+    /// Sets owner, group and mode of an existing file or directory through one descriptor opened
+    /// without following a symlink (owner first, so the mode never opens it to the old owner).
+    pub fn set_owner_and_mode(
+        &self,
+        node_path: &Path,
+        uid: u32,
+        gid: u32,
+        mode: u32,
+    ) -> Result<(), WriteError> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let real = self.root.path(node_path);
+        let f = fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+            .open(&real)
+            .map_err(werr(&real, "open"))?;
+        use std::os::fd::AsRawFd;
+        nix::unistd::fchown(f.as_raw_fd(), Some(uid.into()), Some(gid.into()))
+            .map_err(|e| werr(&real, "chown")(e.into()))?;
+        f.set_permissions(fs::Permissions::from_mode(mode))
+            .map_err(werr(&real, "chmod"))
+    }
+}

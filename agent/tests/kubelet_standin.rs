@@ -1,0 +1,160 @@
+//! Tier 1: the kubelet stand-in (`tests/kubelet-standin/kubelet`, the one the VM tier runs with
+//! podman) against what nodectl renders for a controller, as systemd and podman would hand it
+//! over: the words after `${KUBELET_IMAGE}` in the golden kubelet.service, with `$KUBELET_CONFIG`
+//! and `$KUBELET_KUBECONFIG` from the golden env file. The stand-in models kubelet's refusal of
+//! webhook authentication without an API client (cmd/kubelet/app/auth.go BuildAuthn), so a
+//! controller whose kubelet must run before the node has a certificate (its static pods serve the
+//! API) is checked against it: the rendering before this one (kubelet.yaml, no kubeconfig) is
+//! refused, today's (the standalone configuration) runs.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// kubelet's arguments as systemd and podman pass them, node paths mapped into `golden`.
+fn kubelet_args(golden: &Path) -> Vec<String> {
+    let unit = std::fs::read_to_string(golden.join("etc/systemd/system/kubelet.service")).unwrap();
+    let env = std::fs::read_to_string(golden.join("etc/kubernetes/kubelet.env")).unwrap();
+    let var = |name: &str| {
+        env.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}=")))
+            .unwrap_or("")
+            .to_string()
+    };
+    let exec: String = unit
+        .split("ExecStart=")
+        .nth(1)
+        .unwrap()
+        .lines()
+        .take_while(|l| !l.starts_with("ExecStop"))
+        .map(|l| l.trim_end_matches('\\'))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let after_image = exec.split("${KUBELET_IMAGE}").nth(1).unwrap();
+    let golden = golden.display().to_string();
+    after_image
+        .split_whitespace()
+        .flat_map(|w| match w {
+            // systemd splits an unbraced variable into words, an empty one into none.
+            "$KUBELET_CONFIG" => var("KUBELET_CONFIG")
+                .split_whitespace()
+                .map(String::from)
+                .collect(),
+            "$KUBELET_KUBECONFIG" => var("KUBELET_KUBECONFIG")
+                .split_whitespace()
+                .map(String::from)
+                .collect(),
+            w => vec![w.to_string()],
+        })
+        .map(|w| w.replace("=/etc/kubernetes/", &format!("={golden}/etc/kubernetes/")))
+        .collect()
+}
+
+/// Runs the stand-in until it says it runs (then stops it) or exits: (ran, its output).
+fn run_standin(args: &[String]) -> (bool, String) {
+    let mut child = Command::new("sh")
+        .arg(repo().join("tests/kubelet-standin/kubelet"))
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut out = String::new();
+    let mut ran = false;
+    for line in stdout.lines() {
+        let line = line.unwrap();
+        out.push_str(&line);
+        out.push('\n');
+        if line.contains("; running") {
+            ran = true;
+            break;
+        }
+    }
+    let _ = child.kill();
+    let o = child.wait_with_output().unwrap();
+    out.push_str(&String::from_utf8_lossy(&o.stderr));
+    (ran, out)
+}
+
+#[test]
+fn a_controller_kubelet_runs_standalone_before_the_node_has_its_certificate() {
+    let golden = repo().join("tests/golden/fcos-controller");
+    let args = kubelet_args(&golden);
+    assert!(
+        args.iter()
+            .any(|a| a.ends_with("/etc/kubernetes/kubelet-standalone.yaml")),
+        "{args:?}"
+    );
+    assert!(
+        !args.iter().any(|a| a.starts_with("--kubeconfig")),
+        "{args:?}"
+    );
+    let (ran, out) = run_standin(&args);
+    assert!(
+        ran,
+        "the stand-in refused today's controller rendering:\n{out}"
+    );
+    assert!(out.contains("kubeconfig (none: standalone)"), "{out}");
+}
+
+#[test]
+fn the_previous_controller_rendering_is_refused_as_kubelet_refuses_it() {
+    // Before the standalone configuration: kubelet.yaml (webhook authn/authz) and no kubeconfig.
+    let golden = repo().join("tests/golden/fcos-controller");
+    let args: Vec<String> = kubelet_args(&golden)
+        .into_iter()
+        .map(|a| a.replace("kubelet-standalone.yaml", "kubelet.yaml"))
+        .collect();
+    let (ran, out) = run_standin(&args);
+    assert!(!ran, "{out}");
+    assert!(
+        out.contains("no client provided, cannot use webhook authentication"),
+        "{out}"
+    );
+}
+
+#[test]
+fn the_standin_refuses_what_kubelet_refuses_and_takes_the_node_name_given() {
+    let golden = repo().join("tests/golden/fcos-worker");
+    let mut args = kubelet_args(&golden);
+    // A worker starts only with its kubeconfig; the stand-in reads it and its certificate.
+    let d = tempfile::tempdir().unwrap();
+    let cert = d.path().join("client.pem");
+    std::fs::write(
+        &cert,
+        "-----BEGIN CERTIFICATE-----\nx\n-----END CERTIFICATE-----\n",
+    )
+    .unwrap();
+    let kc = d.path().join("kubeconfig");
+    std::fs::write(
+        &kc,
+        format!(
+            "users:\n- user:\n    client-certificate: {}\n",
+            cert.display()
+        ),
+    )
+    .unwrap();
+    args.push(format!("--kubeconfig={}", kc.display()));
+    let (ran, out) = run_standin(&args);
+    assert!(ran, "{out}");
+    assert!(
+        out.contains("node worker-1,"),
+        "--hostname-override is the node's name: {out}"
+    );
+    let (ran, out) = run_standin(&[args.clone(), vec!["--no-such-flag".into()]].concat());
+    assert!(
+        !ran && out.contains("unknown flag: --no-such-flag"),
+        "{out}"
+    );
+    std::fs::remove_file(&cert).unwrap();
+    let (ran, out) = run_standin(&args);
+    assert!(
+        !ran && out.contains("cannot read the client certificate"),
+        "{out}"
+    );
+}
