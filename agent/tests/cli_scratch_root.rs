@@ -578,3 +578,43 @@ async fn kubelet_is_not_started_when_its_ca_cannot_be_read() {
         "{yaml}"
     );
 }
+
+#[test]
+fn a_provider_id_from_the_instance_metadata_waits_for_it() {
+    let d = scratch(
+        "[node]\nrole = \"worker\"\nname = \"ip-10-0-1-7\"\n[kubelet]\nprovider_id = \"aws\"\n",
+    );
+    let (_, out, _) = nodectl(d.path(), &["plan", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let step = |v: &serde_json::Value| {
+        v["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["id"] == "node-identity")
+            .unwrap()
+            .clone()
+    };
+    let s = step(&v);
+    assert_eq!(s["state"], "waiting", "{s}");
+    assert!(
+        s["waiting_for"]
+            .as_str()
+            .unwrap()
+            .contains("AFTERBURN_AWS_INSTANCE_ID")
+            && s["waiting_for"]
+                .as_str()
+                .unwrap()
+                .contains("/run/metadata/afterburn"),
+        "{s}"
+    );
+    std::fs::create_dir_all(d.path().join("run/metadata")).unwrap();
+    std::fs::write(
+        d.path().join("run/metadata/afterburn"),
+        "AFTERBURN_AWS_AVAILABILITY_ZONE=us-east-1a\nAFTERBURN_AWS_INSTANCE_ID=i-0123\n",
+    )
+    .unwrap();
+    let (_, out, _) = nodectl(d.path(), &["plan", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(step(&v)["state"], "converged", "{}", step(&v));
+}

@@ -1,7 +1,8 @@
 //! Golden tests: every file nodectl renders, for an FCOS controller, an FCOS worker, a Flatcar
 //! controller and a Flatcar worker, byte for byte against tests/golden/<case>/<path on the node>.
 //! Each node has a hostname (`/etc/hostname`); where it is not the node name, kubelet gets
-//! `--hostname-override`.
+//! `--hostname-override`. The FCOS worker is an AWS one (provider id from afterburn's metadata,
+//! `--cloud-provider=external`).
 //!
 //! A change to a rendered file fails here with a diff. If the change is intended, regenerate with
 //! `NODECTL_BLESS=1 cargo test -p nodectl --test golden` and review the golden diff in the commit.
@@ -39,6 +40,13 @@ fn render(case: &str, os_release: &str, selinux: (&str, &str), hostname: &str, c
     std::fs::create_dir_all(r.join("etc")).unwrap();
     std::fs::write(r.join("etc/hostname"), format!("{hostname}\n")).unwrap();
     std::fs::write(r.join("etc/resolv.conf"), "nameserver 10.0.0.2\n").unwrap();
+    // afterburn's instance metadata (the AWS worker's provider id is taken from it).
+    std::fs::create_dir_all(r.join("run/metadata")).unwrap();
+    std::fs::write(
+        r.join("run/metadata/afterburn"),
+        "AFTERBURN_AWS_AVAILABILITY_ZONE=us-east-1a\nAFTERBURN_AWS_INSTANCE_ID=i-0123\n",
+    )
+    .unwrap();
     std::fs::create_dir_all(r.join("sys/fs/selinux")).unwrap();
     std::fs::write(r.join("sys/fs/selinux/enforce"), selinux.0).unwrap();
     std::fs::write(r.join("sys/fs/selinux/mls"), selinux.1).unwrap();
@@ -123,7 +131,7 @@ fn fcos_worker() {
         FCOS,
         ("1", "1"),
         "ip-10-0-1-7",
-        "[node]\nrole = \"worker\"\nname = \"worker-1\"\nlabels = [\"example.com/pool=blue\"]\ntaints = [\"dedicated=gpu:NoSchedule\"]\n[kubelet]\nimage = \"quay.io/poseidon/kubelet:v1.36.1\"\n[network]\nprovider = \"calico\"\n",
+        "[node]\nrole = \"worker\"\nname = \"worker-1\"\nlabels = [\"example.com/pool=blue\"]\ntaints = [\"dedicated=gpu:NoSchedule\"]\n[kubelet]\nimage = \"quay.io/poseidon/kubelet:v1.36.1\"\ncloud_provider = \"external\"\nprovider_id = \"aws\"\n[network]\nprovider = \"calico\"\n",
     );
 }
 

@@ -46,6 +46,58 @@ pub struct KubeletSpec {
     /// not what kubelet would take from the hostname (kubelet registers under the lowercased
     /// hostname otherwise, and the Node authorizer refuses a Node that is not the certificate's).
     pub hostname_override: Option<String>,
+    /// `--cloud-provider` (`external`: a cloud controller manager initializes the Node).
+    pub cloud_provider: Option<String>,
+    /// `--provider-id`: the node's identity in its cloud.
+    pub provider_id: Option<ProviderId>,
+}
+
+/// Where kubelet's `--provider-id` comes from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ProviderId {
+    /// Given as is (e.g. `aws:///us-east-1a/i-0123`).
+    Literal(String),
+    /// AWS, from the instance metadata a oneshot service writes before kubelet starts, as
+    /// Typhoon's units take it: `aws:///${zone}/${instance}` from `env_file`.
+    AwsMetadata {
+        /// The metadata service kubelet requires and follows (`afterburn.service` on FCOS,
+        /// `coreos-metadata.service` on Flatcar).
+        service: &'static str,
+        /// Its environment file (`/run/metadata/afterburn`, `/run/metadata/coreos`).
+        env_file: &'static str,
+        /// The variable holding the availability zone.
+        zone_var: &'static str,
+        /// The variable holding the instance id.
+        instance_var: &'static str,
+    },
+}
+
+impl ProviderId {
+    /// afterburn on Fedora CoreOS (`AFTERBURN_AWS_*` in `/run/metadata/afterburn`).
+    pub const AFTERBURN: ProviderId = ProviderId::AwsMetadata {
+        service: "afterburn.service",
+        env_file: "/run/metadata/afterburn",
+        zone_var: "AFTERBURN_AWS_AVAILABILITY_ZONE",
+        instance_var: "AFTERBURN_AWS_INSTANCE_ID",
+    };
+    /// coreos-metadata on Flatcar (`COREOS_EC2_*` in `/run/metadata/coreos`).
+    pub const COREOS_METADATA: ProviderId = ProviderId::AwsMetadata {
+        service: "coreos-metadata.service",
+        env_file: "/run/metadata/coreos",
+        zone_var: "COREOS_EC2_AVAILABILITY_ZONE",
+        instance_var: "COREOS_EC2_INSTANCE_ID",
+    };
+
+    fn flag(&self) -> String {
+        match self {
+            ProviderId::Literal(id) => format!("--provider-id={id}"),
+            ProviderId::AwsMetadata {
+                zone_var,
+                instance_var,
+                ..
+            } => format!("--provider-id=aws:///${{{zone_var}}}/${{{instance_var}}}"),
+        }
+    }
 }
 
 impl KubeletSpec {
@@ -70,7 +122,14 @@ impl KubeletSpec {
         if let Some(name) = &self.hostname_override {
             f.push(format!("--hostname-override={name}"));
         }
+        if let Some(c) = &self.cloud_provider {
+            f.push(format!("--cloud-provider={c}"));
+        }
         let mut words: Vec<String> = f.into_iter().map(|w| exec_quote(&w)).collect();
+        // (not quoted: systemd substitutes the metadata variables inside the word)
+        if let Some(p) = &self.provider_id {
+            words.push(p.flag());
+        }
         // From the env file, read at each start (so switching them needs no daemon-reload).
         // Unbraced: systemd splits each into words, and an empty value into none.
         words.insert(0, "$KUBELET_CONFIG".into());
@@ -149,6 +208,12 @@ impl KubeletSpec {
                 .set("Requires", "docker.service")
                 .set("After", "docker.service"),
         };
+        let unit = match &self.provider_id {
+            Some(ProviderId::AwsMetadata { service, .. }) => {
+                unit.set("Requires", *service).set("After", *service)
+            }
+            _ => unit,
+        };
         let mut run: Vec<String> = Vec::new();
         let mut service = Section::new("Service");
         match self.runtime {
@@ -181,6 +246,9 @@ impl KubeletSpec {
                     .set("ExecStop", "/usr/bin/docker stop kubelet")
                     .set("ExecStopPost", "-/usr/bin/docker rm kubelet");
             }
+        }
+        if let Some(ProviderId::AwsMetadata { env_file, .. }) = &self.provider_id {
+            service = service.set("EnvironmentFile", *env_file);
         }
         let service = service
             .set("EnvironmentFile", format!("-{}", self.env_file))
@@ -231,7 +299,35 @@ mod tests {
             env_file: "/etc/kubernetes/kubelet.env".into(),
             selinux: true,
             hostname_override: None,
+            cloud_provider: None,
+            provider_id: None,
         }
+    }
+
+    #[test]
+    fn the_provider_id_comes_from_the_instance_metadata_as_typhoon_takes_it() {
+        let mut s = spec(Runtime::Docker, Role::Worker);
+        s.provider_id = Some(ProviderId::COREOS_METADATA);
+        s.cloud_provider = Some("external".into());
+        let u = s.unit();
+        assert!(
+            u.contains("Requires=coreos-metadata.service\nAfter=coreos-metadata.service"),
+            "{u}"
+        );
+        assert!(u.contains("EnvironmentFile=/run/metadata/coreos\n"), "{u}");
+        assert!(u.contains(" --cloud-provider=external"), "{u}");
+        assert!(
+            u.contains(
+                " --provider-id=aws:///${COREOS_EC2_AVAILABILITY_ZONE}/${COREOS_EC2_INSTANCE_ID}"
+            ),
+            "{u}"
+        );
+        s.provider_id = Some(ProviderId::Literal("aws:///us-east-1a/i-0123".into()));
+        let u = s.unit();
+        assert!(
+            u.contains(" --provider-id=aws:///us-east-1a/i-0123") && !u.contains("metadata"),
+            "{u}"
+        );
     }
 
     #[test]

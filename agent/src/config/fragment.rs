@@ -115,6 +115,8 @@ pub(crate) struct KubeletSection {
     pub(crate) credentials_check_secs: Option<i64>,
     pub(crate) cluster_dns: Option<String>,
     pub(crate) cluster_domain: Option<String>,
+    pub(crate) cloud_provider: Option<String>,
+    pub(crate) provider_id: Option<String>,
 }
 
 /// `[network]`.

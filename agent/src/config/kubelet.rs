@@ -25,6 +25,10 @@ pub(crate) const DEFAULT_CLUSTER_DOMAIN: &str = "cluster.local";
 /// Seconds between checks that the API server still accepts the node's certificate.
 pub(crate) const DEFAULT_CREDENTIALS_CHECK_SECS: i64 = 900;
 
+/// `kubelet.provider_id` that means: from the AWS instance metadata (afterburn on FCOS,
+/// coreos-metadata on Flatcar).
+pub const PROVIDER_ID_AWS: &str = "aws";
+
 /// How kubelet's container is run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -45,6 +49,19 @@ pub(crate) struct Kubelet {
     pub(crate) credentials_check_secs: u64,
     pub(crate) cluster_dns: IpAddr,
     pub(crate) cluster_domain: String,
+    pub(crate) cloud_provider: Option<String>,
+    pub(crate) provider_id: Option<String>,
+}
+
+/// A provider id as kubelet takes it: `<provider>://<id>` (e.g. `aws:///us-east-1a/i-0123`).
+fn is_provider_id(s: &str) -> bool {
+    s.split_once("://").is_some_and(|(p, rest)| {
+        !p.is_empty()
+            && p.chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+            && !rest.is_empty()
+            && !rest.chars().any(|c| c.is_whitespace() || c == '$')
+    })
 }
 
 impl Kubelet {
@@ -95,6 +112,16 @@ impl Kubelet {
             )? as u64,
             cluster_dns: dns.parse().map_err(|_| c.bad("kubelet.cluster_dns", dns))?,
             cluster_domain,
+            cloud_provider: match f.cloud_provider.as_deref() {
+                None => None,
+                Some("external") => Some("external".into()),
+                Some(v) => return Err(c.bad("kubelet.cloud_provider", v)),
+            },
+            provider_id: match f.provider_id.as_deref() {
+                None => None,
+                Some(v) if v == PROVIDER_ID_AWS || is_provider_id(v) => Some(v.into()),
+                Some(v) => return Err(c.bad("kubelet.provider_id", v)),
+            },
         })
     }
 }

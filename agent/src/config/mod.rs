@@ -28,9 +28,9 @@ use serde::{Deserialize, Serialize};
 #[cfg(test)]
 use fragment::Fragment;
 pub(crate) use fragment::{load, Merged};
-pub use kubelet::Runtime;
 #[cfg(test)]
 use kubelet::DEFAULT_IMAGE;
+pub use kubelet::{Runtime, PROVIDER_ID_AWS};
 pub use node::{Role, Taint};
 pub use paths::Network;
 pub use reboot::{RebootPolicy, RebootStrategy};
@@ -107,6 +107,12 @@ pub struct Settings {
     pub cluster_dns: std::net::IpAddr,
     /// `kubelet.cluster_domain`.
     pub cluster_domain: String,
+    /// `kubelet.cloud_provider`.
+    #[serde(default)]
+    pub cloud_provider: Option<String>,
+    /// `kubelet.provider_id` (`aws`: from the instance metadata).
+    #[serde(default)]
+    pub provider_id: Option<String>,
     /// `network.provider`.
     pub network: Network,
     /// `secrets.inbox`.
@@ -146,6 +152,8 @@ impl Settings {
             credentials_check_secs: kubelet.credentials_check_secs,
             cluster_dns: kubelet.cluster_dns,
             cluster_domain: kubelet.cluster_domain,
+            cloud_provider: kubelet.cloud_provider,
+            provider_id: kubelet.provider_id,
             network,
             secrets_inbox,
             reboot,

@@ -69,6 +69,18 @@ pub(crate) const SCHEMA: &[(&str, &str, Kind, &str)] = &[
         "a DNS domain, e.g. \"cluster.local\"",
     ),
     (
+        "kubelet",
+        "cloud_provider",
+        Kind::Str,
+        "\"external\" (a cloud controller manager initializes the node)",
+    ),
+    (
+        "kubelet",
+        "provider_id",
+        Kind::Str,
+        "\"aws\" (from the instance metadata) or a provider id like \"aws:///us-east-1a/i-0123\"",
+    ),
+    (
         "network",
         "provider",
         Kind::Str,

@@ -49,3 +49,15 @@ pub(crate) async fn running_image(systemd: &nodectl_units::systemd::Systemd) -> 
         .ok()
         .flatten()
 }
+
+/// kubelet's `--provider-id` from `kubelet.provider_id`: `aws` is the instance metadata of the
+/// OS's metadata service (coreos-metadata on Flatcar, afterburn elsewhere).
+pub(crate) fn provider_id(cx: &Cx) -> Option<kubelet::ProviderId> {
+    use crate::config::PROVIDER_ID_AWS;
+    use kubelet::ProviderId;
+    cx.settings.provider_id.as_deref().map(|p| match p {
+        PROVIDER_ID_AWS if cx.host.os == crate::host::Os::Flatcar => ProviderId::COREOS_METADATA,
+        PROVIDER_ID_AWS => ProviderId::AFTERBURN,
+        literal => ProviderId::Literal(literal.into()),
+    })
+}

@@ -41,6 +41,8 @@ impl KubeletUnit {
             hostname_override: Some(&s.node_name)
                 .filter(|n| **n != crate::load::hostname(&cx.root).trim().to_lowercase())
                 .cloned(),
+            cloud_provider: s.cloud_provider.clone(),
+            provider_id: provider_id(cx),
         }
     }
 

@@ -13,6 +13,9 @@ use std::time::Duration;
 use futures_util::future::BoxFuture;
 use futures_util::FutureExt;
 
+use nodectl_units::kubelet::ProviderId;
+
+use super::kubelet::provider_id;
 use crate::engine::{Cx, Observation, Step};
 
 /// Where DNS is configured.
@@ -29,6 +32,31 @@ pub(crate) fn dns_configured(resolv_conf: &str) -> bool {
     resolv_conf
         .lines()
         .any(|l| l.starts_with(|c: char| c != '#' && c != ';' && !c.is_whitespace()))
+}
+
+/// With the provider id from the instance metadata: what is missing of it (the metadata
+/// service has not written its file, or not both variables), as a waiting message.
+fn metadata_missing(cx: &Cx) -> Option<String> {
+    let Some(ProviderId::AwsMetadata {
+        service,
+        env_file,
+        zone_var,
+        instance_var,
+    }) = provider_id(cx)
+    else {
+        return None;
+    };
+    let text = std::fs::read_to_string(cx.root.path(env_file)).unwrap_or_default();
+    let set = |var: &str| {
+        text.lines()
+            .filter_map(|l| l.split_once('='))
+            .any(|(k, v)| k.trim() == var && !v.trim().is_empty())
+    };
+    (!(set(zone_var) && set(instance_var))).then(|| {
+        format!(
+            "the instance metadata ({zone_var}, {instance_var}) in {env_file}, written by {service}, for kubelet's --provider-id"
+        )
+    })
 }
 
 impl Step for NodeIdentity {
@@ -56,6 +84,10 @@ impl Step for NodeIdentity {
                 return Ok(Observation::Waiting(format!(
                     "a nameserver in {RESOLV_CONF} (kubelet and the pods need DNS)"
                 )));
+            }
+            if let Some(w) = metadata_missing(cx) {
+                cx.recheck_in(RECHECK);
+                return Ok(Observation::Waiting(w));
             }
             Ok(Observation::Converged(format!(
                 "node name {name}; DNS configured"
