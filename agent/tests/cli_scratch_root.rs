@@ -618,3 +618,26 @@ fn a_provider_id_from_the_instance_metadata_waits_for_it() {
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(step(&v)["state"], "converged", "{}", step(&v));
 }
+
+/// `nodectl wait`: an ordering point for Typhoon's bootstrap.service (it reads the pki the secrets
+/// step places): exit 1 with what it waits for while the bundle is missing, 0 once placed.
+#[test]
+fn wait_returns_once_the_steps_are_converged() {
+    let d = scratch("[node]\nrole = \"controller\"\nname = \"controller-0\"\n");
+    let (rc, _, err) = nodectl(d.path(), &["wait", "secrets", "--timeout", "1"]);
+    assert_eq!(rc, 1, "{err}");
+    assert!(
+        err.contains("still waiting after 1 s: secrets: the bootstrap assets bundle"),
+        "{err}"
+    );
+    let (rc, _, err) = nodectl(d.path(), &["wait", "no-such-step", "--timeout", "1"]);
+    assert!(rc == 1 && err.contains("no step \"no-such-step\""), "{err}");
+    std::fs::create_dir_all(d.path().join("etc/kubernetes/pki")).unwrap();
+    std::fs::write(d.path().join("etc/kubernetes/pki/ca.crt"), "x").unwrap();
+    let (rc, out, err) = nodectl(
+        d.path(),
+        &["wait", "secrets", "node-identity", "--timeout", "5"],
+    );
+    assert_eq!(rc, 0, "{err}");
+    assert!(out.contains("converged: secrets, node-identity"), "{out}");
+}

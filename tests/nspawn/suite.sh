@@ -72,6 +72,7 @@ check "status says it waits for approval of its request" wait_until 10 sh -c \
 expect "kubelet not started before the node has its credentials" "$(systemctl is-active kubelet.service)" inactive
 check "kubelet becomes active once approved (9 s)" wait_until 20 sh -c '[ "$(systemctl is-active kubelet.service)" = active ]'
 check "status says converged" wait_until 10 sh -c 'nodectl status --json | jq -e ".daemon.status_line == \"node converged\""'
+check "nodectl wait (an ordering point for other units) returns once converged" nodectl wait secrets kubelet-running --timeout 10
 expect "status shows the node's certificate" "$(nodectl status --json | jq -r .credentials.subject)" system:node:worker-1
 check "the double issued it to the bootstrap token's user" sh -c \
   'journalctl -u apiserver-double -o cat | grep -q "^MODIFIED node-csr-.* by system:bootstrap:abcdef conditions=\[Approved\] issued"'

@@ -4,6 +4,7 @@
 
 mod audit;
 mod status_cmd;
+mod wait;
 
 use std::path::PathBuf;
 
@@ -72,6 +73,17 @@ pub enum Command {
         #[arg(long)]
         fix: bool,
     },
+    /// Wait until these steps are converged (an ordering point for units that need them, e.g.
+    /// Typhoon's bootstrap.service: `ExecStartPre=nodectl wait secrets`). Exit 0: converged;
+    /// 1: timeout or a step failed (what it waits for is printed).
+    Wait {
+        /// Step ids (`nodectl status` lists them), e.g. `secrets`, `kubelet-running`.
+        #[arg(required = true)]
+        steps: Vec<String>,
+        /// Give up after this many seconds.
+        #[arg(long, default_value_t = 600)]
+        timeout: u64,
+    },
     /// The group's reboot lock (a Lease; docs/reboot.md).
     RebootLock {
         /// What to do with the lock.
@@ -137,6 +149,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
         } => release(&group, &holder).await,
         Command::Audit { json, fix } => audit::run(&root, json, fix),
         Command::Status { json } => status_cmd::run(&root, json).await,
+        Command::Wait { steps, timeout } => wait::run(&root, &steps, timeout).await,
     }
 }
 

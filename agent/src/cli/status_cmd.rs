@@ -33,7 +33,7 @@ pub(super) async fn run(root: &Root, json: bool) -> anyhow::Result<i32> {
 
 /// Why the status is not nodectld's (shown as the daemon's state).
 #[derive(Debug, thiserror::Error)]
-enum Unavailable {
+pub(super) enum Unavailable {
     #[error("--root given: reading the scratch root")]
     ScratchRoot,
     #[error("system bus: {0}")]
@@ -48,7 +48,7 @@ enum Unavailable {
     Parse(serde_json::Error),
 }
 
-async fn status_from_daemon(root: &Root) -> Result<Status, Unavailable> {
+pub(super) async fn status_from_daemon(root: &Root) -> Result<Status, Unavailable> {
     if !root.is_host() {
         return Err(Unavailable::ScratchRoot);
     }
@@ -71,7 +71,7 @@ async fn status_from_daemon(root: &Root) -> Result<Status, Unavailable> {
     serde_json::from_str(&json).map_err(Unavailable::Parse)
 }
 
-async fn status_from_disk(root: &Root, why: String) -> Status {
+pub(super) async fn status_from_disk(root: &Root, why: String) -> Status {
     let mut st = Status {
         schema_version: status::SCHEMA_VERSION,
         source: "disk".into(),
