@@ -32,8 +32,17 @@ fn err(file: &Path, message: impl Into<String>) -> KubeconfigError {
 
 /// Parses a kubeconfig's text. `file` is for errors.
 pub fn parse(text: &str, file: &Path) -> Result<Kubeconfig, KubeconfigError> {
-    let mut v: serde_json::Value =
-        serde_saphyr::from_str(text).map_err(|e| err(file, format!("not valid YAML: {e}")))?;
+    // A kubeconfig carries credentials: no error quotes it (the parser's messages carry a snippet
+    // of the source by default); line and column only.
+    let mut v: serde_json::Value = serde_saphyr::from_str(text).map_err(|e| {
+        err(
+            file,
+            match e.location() {
+                Some(l) => format!("not valid YAML (line {}, column {})", l.line(), l.column()),
+                None => "not valid YAML".to_string(),
+            },
+        )
+    })?;
     if !v.is_object() {
         return Err(err(
             file,
@@ -50,7 +59,30 @@ pub fn parse(text: &str, file: &Path) -> Result<Kubeconfig, KubeconfigError> {
             }
         }
     }
-    serde_json::from_value(v).map_err(|e| err(file, format!("not a kubeconfig: {e}")))
+    serde_json::from_value(v).map_err(|e| {
+        err(
+            file,
+            format!("not a kubeconfig: {}", redact(&e.to_string())),
+        )
+    })
+}
+
+/// A message with every double-quoted value left out (serde quotes the values it refuses, which
+/// in a kubeconfig may be a token or a key; field names stay, in backticks).
+fn redact(message: &str) -> String {
+    let mut out = String::new();
+    let mut quoted = false;
+    for c in message.chars() {
+        if c == '"' {
+            if !quoted {
+                out.push_str("\"…\"");
+            }
+            quoted = !quoted;
+        } else if !quoted {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// The cluster kubelet would use: the current context's, else the only context's, else the only
@@ -299,5 +331,28 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("not a PEM certificate"));
+    }
+
+    /// A malformed kubeconfig's error names the file and where, never its content: the token
+    /// would reach the journal and `GetStatus` (every local user may call it).
+    #[test]
+    fn errors_never_quote_the_credentials() {
+        let token = "abcdef.0123456789abcdef";
+        for text in [
+            format!("users:\n- name: kubelet\n  user:\n    token: \"{token}\n"),
+            format!("users:\n- name: kubelet\n  user:\n    token: {token}\n    : [\n"),
+            format!("users: \"{token}\"\n"),
+            format!("users:\n- user:\n    token: [\"{token}\"]\n"),
+        ] {
+            let e = parse(&text, Path::new("/etc/kubernetes/kubeconfig"))
+                .unwrap_err()
+                .to_string();
+            assert!(!e.contains("0123456789abcdef"), "{e}");
+            assert!(e.starts_with("/etc/kubernetes/kubeconfig: not"), "{e}");
+        }
+        assert_eq!(
+            redact("invalid type: string \"secret\", expected `x`"),
+            "invalid type: string \"…\", expected `x`"
+        );
     }
 }
