@@ -23,18 +23,26 @@ impl Check<'_> {
         )
     }
 
-    /// An integer key: `default` when unset, at least `min`.
+    /// An integer key: `default` when unset, within `min..=max` (every duration and count is
+    /// bounded: a value near `i64::MAX` would overflow the arithmetic that uses it).
     pub(crate) fn int(
         &self,
         key: &str,
         v: Option<i64>,
         default: i64,
-        min: i64,
+        (min, max): (i64, i64),
     ) -> Result<i64, ConfigError> {
         match v {
             None => Ok(default),
-            Some(n) if n >= min => Ok(n),
-            Some(n) => Err(self.bad(key, &n.to_string())),
+            Some(n) if (min..=max).contains(&n) => Ok(n),
+            Some(n) if n < min => Err(self.bad(key, &n.to_string())),
+            Some(n) => Err(self.at(
+                key,
+                format!(
+                    "expected {} (at most {max}), found {n}",
+                    super::schema::expected(key)
+                ),
+            )),
         }
     }
 

@@ -24,6 +24,8 @@ pub(crate) const DEFAULT_CLUSTER_DNS: &str = "10.3.0.10";
 pub(crate) const DEFAULT_CLUSTER_DOMAIN: &str = "cluster.local";
 /// Seconds between checks that the API server still accepts the node's certificate.
 pub(crate) const DEFAULT_CREDENTIALS_CHECK_SECS: i64 = 900;
+/// The longest interval between those checks (a week; a certificate lives 72 h in Typhoon).
+pub(crate) const MAX_CREDENTIALS_CHECK_SECS: i64 = 7 * 24 * 3600;
 
 /// `kubelet.provider_id` that means: from the AWS instance metadata (afterburn on FCOS,
 /// coreos-metadata on Flatcar).
@@ -108,7 +110,7 @@ impl Kubelet {
                 "kubelet.credentials_check_secs",
                 f.credentials_check_secs,
                 DEFAULT_CREDENTIALS_CHECK_SECS,
-                0,
+                (0, MAX_CREDENTIALS_CHECK_SECS),
             )? as u64,
             cluster_dns: dns.parse().map_err(|_| c.bad("kubelet.cluster_dns", dns))?,
             cluster_domain,

@@ -369,6 +369,28 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(e.key, "kubelet.credentials_check_secs");
+        // Bounded: near i64::MAX the interval would overflow `Instant + Duration` (a panic, and
+        // with panic=abort the end of nodectld); a group of 2^32+1 slots would wrap to 1.
+        for (key, frag) in [
+            (
+                "kubelet.credentials_check_secs",
+                "[kubelet]\ncredentials_check_secs = 9223372036854775807\n",
+            ),
+            ("reboot.group_slots", "[reboot]\ngroup_slots = 4294967297\n"),
+            (
+                "reboot.drain_timeout_secs",
+                "[reboot]\ndrain_timeout_secs = 9223372036854775807\n",
+            ),
+            (
+                "reboot.stale_after_secs",
+                "[reboot]\nstale_after_secs = 9223372036854775807\n",
+            ),
+        ] {
+            let text = format!("[node]\nrole = \"worker\"\n{frag}");
+            let e = settings(&[("30.toml", &text)], &Host::generic()).unwrap_err();
+            assert_eq!(e.key, key);
+            assert!(e.to_string().contains("at most"), "{e}");
+        }
 
         let e = settings(
             &[(

@@ -24,6 +24,11 @@ pub(crate) const DEFAULT_DRAIN_TIMEOUT_SECS: i64 = 600;
 /// Seconds after which a holder that did not renew its slot is reclaimed.
 pub(crate) const DEFAULT_STALE_AFTER_SECS: i64 = 3600;
 
+/// The most concurrent reboots a group may allow.
+pub const MAX_GROUP_SLOTS: i64 = 10_000;
+/// The longest duration a `reboot.*_secs` key takes (a year).
+pub const MAX_SECS: i64 = 365 * 24 * 3600;
+
 /// Who reboots the node for updates, and through what.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -77,7 +82,12 @@ impl RebootPolicy {
                 Some(g) if names::valid_group(g) => g.into(),
                 Some(g) => return Err(c.bad("reboot.group", g)),
             },
-            group_slots: c.int("reboot.group_slots", f.group_slots, DEFAULT_GROUP_SLOTS, 1)? as u32,
+            group_slots: c.int(
+                "reboot.group_slots",
+                f.group_slots,
+                DEFAULT_GROUP_SLOTS,
+                (1, MAX_GROUP_SLOTS),
+            )? as u32,
             namespace: match f.namespace.as_deref() {
                 None => DEFAULT_NAMESPACE.into(),
                 Some(n) if names::is_dns_label(n) => n.into(),
@@ -87,13 +97,13 @@ impl RebootPolicy {
                 "reboot.drain_timeout_secs",
                 f.drain_timeout_secs,
                 DEFAULT_DRAIN_TIMEOUT_SECS,
-                0,
+                (0, MAX_SECS),
             )? as u64,
             stale_after_secs: c.int(
                 "reboot.stale_after_secs",
                 f.stale_after_secs,
                 DEFAULT_STALE_AFTER_SECS,
-                60,
+                (60, MAX_SECS),
             )? as u64,
             windows: f
                 .windows

@@ -54,7 +54,7 @@ pub(crate) const SCHEMA: &[(&str, &str, Kind, &str)] = &[
         "kubelet",
         "credentials_check_secs",
         Kind::Int,
-        "seconds >= 0 (0: never)",
+        "seconds from 0 (never) to 604800 (a week)",
     ),
     (
         "kubelet",
@@ -109,7 +109,7 @@ pub(crate) const SCHEMA: &[(&str, &str, Kind, &str)] = &[
         "reboot",
         "group_slots",
         Kind::Int,
-        "a number of concurrent reboots >= 1",
+        "a number of concurrent reboots from 1 to 10000",
     ),
     (
         "reboot",
@@ -117,8 +117,18 @@ pub(crate) const SCHEMA: &[(&str, &str, Kind, &str)] = &[
         Kind::Str,
         "a Kubernetes namespace name",
     ),
-    ("reboot", "drain_timeout_secs", Kind::Int, "seconds >= 0"),
-    ("reboot", "stale_after_secs", Kind::Int, "seconds >= 60"),
+    (
+        "reboot",
+        "drain_timeout_secs",
+        Kind::Int,
+        "seconds from 0 to 31536000",
+    ),
+    (
+        "reboot",
+        "stale_after_secs",
+        Kind::Int,
+        "seconds from 60 to 31536000",
+    ),
     (
         "reboot",
         "windows",

@@ -404,7 +404,9 @@ pub(crate) fn zincati_id(machine_id_hex: &str) -> Option<String> {
     const APP: &str = "de35106b6ec24688b63afddaa156679b";
     let unhex = |s: &str| -> Option<Vec<u8>> {
         let s = s.trim();
-        if s.len() != 32 {
+        // 32 hex digits, checked before slicing (a 32-byte string with a multi-byte character
+        // would otherwise split it and panic).
+        if s.len() != 32 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
             return None;
         }
         (0..16)
@@ -433,5 +435,8 @@ mod tests {
         assert_eq!(a, zincati_id("0123456789abcdef0123456789abcdef\n").unwrap());
         assert_ne!(a, zincati_id("0123456789abcdef0123456789abcdee").unwrap());
         assert_eq!(zincati_id("short"), None);
+        // 32 bytes, not 32 hex digits: refused, never a panic on a char boundary.
+        assert_eq!(zincati_id("0123456789abcdef0123456789abcdé"), None);
+        assert_eq!(zincati_id("0123456789abcdef0123456789abcdeg"), None);
     }
 }
