@@ -7,6 +7,9 @@ use std::sync::Arc;
 use futures_util::future::BoxFuture;
 use zbus::message::Header;
 
+/// A status call gives back what it freed at most this often (callers are every local user).
+const STATUS_TRIM_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// nodectld's well-known name on the system bus.
 pub(crate) const BUS_NAME: &str = "org.nodectl.Agent1";
 /// The agent's object.
@@ -40,7 +43,7 @@ impl Agent {
     async fn get_status(&self) -> String {
         let json = self.backend.status_json().await;
         // A status call runs between passes: give back what it freed.
-        crate::memory::release_freed();
+        crate::memory::release_freed_at_most_every(STATUS_TRIM_EVERY);
         json
     }
 

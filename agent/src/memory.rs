@@ -13,6 +13,26 @@ pub(crate) fn release_freed() {
     }
 }
 
+/// [`release_freed`], at most once per `every` (a caller every other process may trigger, such
+/// as a status call on the bus, must not make nodectld spend its time trimming). `true` when it
+/// trimmed.
+pub(crate) fn release_freed_at_most_every(every: std::time::Duration) -> bool {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static LAST: AtomicU64 = AtomicU64::new(0);
+    let now = crate::util::time::now_millis();
+    let last = LAST.load(Ordering::Relaxed);
+    let due = last == 0 || now.saturating_sub(last) >= every.as_millis() as u64;
+    if due
+        && LAST
+            .compare_exchange(last, now.max(1), Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+    {
+        release_freed();
+        return true;
+    }
+    false
+}
+
 /// (resident, anonymous) bytes of this process, from `/proc/self/smaps_rollup`.
 pub(crate) fn resident() -> Option<(u64, u64)> {
     let s = std::fs::read_to_string("/proc/self/smaps_rollup").ok()?;
@@ -35,5 +55,14 @@ mod tests {
         let (rss, anon) = super::resident().unwrap();
         assert!(rss > 0 && anon > 0 && anon <= rss, "{rss} {anon}");
         super::release_freed();
+    }
+
+    #[test]
+    fn a_loop_of_status_calls_trims_once() {
+        let every = std::time::Duration::from_secs(3600);
+        let trims = (0..1000)
+            .filter(|_| super::release_freed_at_most_every(every))
+            .count();
+        assert!(trims <= 1, "{trims} trims");
     }
 }

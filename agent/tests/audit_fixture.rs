@@ -146,6 +146,18 @@ fn every_worker_finding_is_reported_and_fix_repairs_what_is_safe() {
     put(r, "/etc/kubernetes/kubeconfig", BOOTSTRAP.as_bytes(), 0o600);
     nodectl_selinux::relabel::set_stored_label(&r.join("etc/kubernetes/kubeconfig"), SHARED)
         .unwrap();
+    // The node kubeconfig with another type containers read (not only container_file_t).
+    put(
+        r,
+        "/var/lib/kubelet/kubeconfig",
+        b"users:\n- user:\n    client-key-data: abc\n",
+        0o600,
+    );
+    nodectl_selinux::relabel::set_stored_label(
+        &r.join("var/lib/kubelet/kubeconfig"),
+        "system_u:object_r:container_ro_file_t:s0",
+    )
+    .unwrap();
 
     let (rc, out, err) = nodectl(r, &["audit", "--json"]);
     assert_eq!(
@@ -183,6 +195,18 @@ fn every_worker_finding_is_reported_and_fix_repairs_what_is_safe() {
             && f["path"] == "/var/lib/kubelet/pki/kubelet-client-current.pem"
     });
     assert!(kubelet_shared, "{out}");
+    let readable: Vec<&str> = v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["id"] == "key-label-container-readable")
+        .map(|f| f["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        readable,
+        ["/etc/kubernetes/kubeconfig", "/var/lib/kubelet/kubeconfig"],
+        "container_ro_file_t is container-readable too"
+    );
     let (_, human, _) = nodectl(r, &["audit"]);
     assert!(
         human.contains("HIGH   etcd-credentials-on-worker  /etc/ssl/etcd/etcd-client.key (file)"),

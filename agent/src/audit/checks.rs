@@ -263,11 +263,7 @@ fn keys(s: &Snapshot, out: &mut Vec<Finding>) {
                 ));
             }
         }
-        if let Some(l) = f
-            .label
-            .as_ref()
-            .filter(|l| l.contains(":container_file_t:"))
-        {
+        if let Some(l) = f.label.as_ref().filter(|l| container_readable(l)) {
             out.push(finding(
                 "key-label-container-readable",
                 &f.path,
@@ -278,6 +274,14 @@ fn keys(s: &Snapshot, out: &mut Vec<Finding>) {
             ));
         }
     }
+}
+
+/// A label of a type containers read (the container policy's content types, not only
+/// `container_file_t`).
+fn container_readable(label: &str) -> bool {
+    label
+        .parse::<nodectl_selinux::Context>()
+        .is_ok_and(|c| c.is_container_readable())
 }
 
 /// The bootstrap token still on disk after the node got its own certificate.

@@ -189,8 +189,20 @@ fn key_files(
 ) -> Vec<KeyFile> {
     let credential_paths = crate::credentials::paths(settings);
     let mut out = Vec::new();
-    for dir in KEY_DIRS {
-        for f in files_under(root, Path::new(dir)) {
+    // The key directories, and the node's credential files wherever settings put them (the
+    // node kubeconfig is in /var/lib/kubelet, outside them).
+    let mut files: BTreeSet<PathBuf> = KEY_DIRS
+        .iter()
+        .flat_map(|d| files_under(root, Path::new(d)))
+        .collect();
+    files.extend(
+        credential_paths
+            .iter()
+            .filter(|p| root.path(p).is_file())
+            .cloned(),
+    );
+    {
+        for f in files {
             let Ok(bytes) = std::fs::read(root.path(&f)) else {
                 continue;
             };

@@ -42,7 +42,8 @@ impl Relabel {
                 let Ok(Some(cur)) = cx.labeler.get(&real) else {
                     continue;
                 };
-                if !cur.to_string().contains(":container_file_t:") {
+                // Any type containers read (container_ro_file_t, container_share_t, ... too).
+                if !cur.is_container_readable() {
                     continue;
                 }
                 let Ok(meta) = std::fs::symlink_metadata(&real) else {

@@ -40,6 +40,14 @@ pub(crate) fn now_secs() -> u64 {
         .unwrap_or(0)
 }
 
+/// Now, as Unix milliseconds.
+pub fn now_millis() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
 /// The time left until `until` (zero once it passed).
 pub(crate) fn left(until: SystemTime) -> Duration {
     until
