@@ -68,7 +68,11 @@ while :; do
   boot; qrc=$?
   [ "$qrc" = 200 ] || break
   echo "VM-BOOT-RETRY boot $attempt hung: no TESTRUNNER-START within ${boot_timeout}s; console tail:" >&2
-  tail -15 "$work/console.log" | sed 's/^/  | /' >&2
+  if [ -s "$work/console.log" ]; then
+    tail -15 "$work/console.log" | sed 's/^/  | /' >&2
+  else
+    echo "  | (the console printed nothing)" >&2
+  fi
   if [ "$attempt" -gt "$retries" ]; then
     echo "VM-BOOT-HUNG every boot hung ($attempt)" >&2
     break
