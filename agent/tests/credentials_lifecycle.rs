@@ -447,3 +447,47 @@ async fn a_denied_request_is_not_repeated_until_an_operator_acts() {
     assert_eq!(api.csrs().len(), 2);
     assert!(Path::new(&node.root.path("/var/lib/kubelet/kubeconfig")).exists());
 }
+
+/// Nothing on a controller's critical path waits for the API: in the daemon, a controller
+/// without its certificate starts kubelet standalone in the same pass, without waiting for its
+/// request (the API server it goes to is one of kubelet's static pods); the request goes on in
+/// the background and wakes the daemon when the certificate is issued.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_controller_pass_never_waits_for_the_api() {
+    let api = Double::start(Options {
+        approval: Approval::After(Duration::from_secs(2)),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let node = Node::new(
+        "[node]\nrole = \"controller\"\nname = \"controller-0\"\n",
+        &api.bootstrap_kubeconfig(TOKEN),
+    );
+    let woken = std::sync::Arc::new(tokio::sync::Notify::new());
+    let waker: nodectl::engine::Waker = {
+        let w = woken.clone();
+        std::sync::Arc::new(move || w.notify_one())
+    };
+    let t = std::time::Instant::now();
+    let r = node.pass_waking(false, Some(waker.clone())).await;
+    let took = t.elapsed();
+    assert_eq!(step(&r, "kubelet-running").name(), "applied", "{r:?}");
+    assert!(
+        took < Duration::from_millis(1500),
+        "the pass waited {took:?} for the API"
+    );
+    println!(
+        "controller pass with the API approving in 2 s: {} ms",
+        took.as_millis()
+    );
+    assert!(node.env().contains("kubelet-standalone.yaml"));
+    tokio::time::timeout(Duration::from_secs(10), woken.notified())
+        .await
+        .expect("the request's end wakes the daemon");
+    let r = node.pass_waking(false, Some(waker)).await;
+    assert_eq!(step(&r, "kubelet-credentials").name(), "applied", "{r:?}");
+    assert!(node
+        .env()
+        .contains("--kubeconfig=/var/lib/kubelet/kubeconfig"));
+}

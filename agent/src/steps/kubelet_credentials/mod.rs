@@ -227,8 +227,19 @@ impl Step for KubeletCredentials {
     }
     fn apply<'a>(&'a self, cx: &'a Cx) -> BoxFuture<'a, anyhow::Result<()>> {
         async move {
-            let (_, need, phase) = self.assess(cx);
+            let (held, need, phase) = self.assess(cx);
             let waiting = phase.holds_off(cx);
+            // Nothing on a controller's critical path waits for the API: before its first
+            // certificate its kubelet runs standalone (its static pods serve the API this request
+            // goes to), so in the daemon (which carries the request on) the pass does not wait.
+            let first_on_controller = cx.settings.role == Role::Controller
+                && !owns(held.as_ref(), cx)
+                && cx.waker.is_some();
+            let inline_wait = if first_on_controller {
+                Duration::ZERO
+            } else {
+                cx.inline_wait
+            };
             let via = match need {
                 Need::Nothing => None,
                 Need::Rotate(_) => Some(Via::NodeCertificate),
@@ -238,7 +249,7 @@ impl Step for KubeletCredentials {
                 let mut done = request::start(&self.state, cx, via);
                 // An auto-approved request ends within the pass; a longer one continues in the
                 // background and wakes the daemon when it ends.
-                let _ = tokio::time::timeout(cx.inline_wait, done.wait_for(|d| *d)).await;
+                let _ = tokio::time::timeout(inline_wait, done.wait_for(|d| *d)).await;
             }
             self.write_files(cx).await
         }
