@@ -44,6 +44,9 @@ impl fmt::Display for BundleError {
 
 const MARKER: &str = "#####";
 
+/// The largest bundle read (Typhoon's controller assets are about 100 KiB).
+pub(crate) const MAX_BUNDLE_BYTES: usize = 16 << 20;
+
 /// Why a record's path is refused.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
@@ -92,6 +95,16 @@ pub fn parse(bytes: &[u8], file: &Path) -> Result<Vec<Record>, BundleError> {
     };
     if bytes.is_empty() {
         return Err(err(None, None, "the bundle is empty".into()));
+    }
+    if bytes.len() > MAX_BUNDLE_BYTES {
+        return Err(err(
+            None,
+            None,
+            format!(
+                "{} bytes, more than a bundle may hold ({MAX_BUNDLE_BYTES})",
+                bytes.len()
+            ),
+        ));
     }
     let text =
         std::str::from_utf8(bytes).map_err(|e| err(None, None, format!("not UTF-8 text: {e}")))?;
@@ -337,14 +350,48 @@ fn matches<'p>(pattern: &str, path: &'p str) -> Option<&'p str> {
     (pattern == path).then(|| path.rsplit('/').next().unwrap_or(path))
 }
 
-/// Holds a key or a credential: mode 0600 whatever the rule's file mode.
-pub(crate) fn is_secret(name: &str, content: &[u8]) -> bool {
+/// Holds a key or a credential: mode 0600 whatever the rule's file mode. Fails closed: under
+/// `/etc/kubernetes/pki` only a file that holds nothing but certificates or public keys is
+/// public; elsewhere (manifests) a file is secret when it names a key, holds a private key,
+/// client key data, a token, or is a Secret.
+pub(crate) fn is_secret(dest: &Path, content: &[u8]) -> bool {
+    let name = dest
+        .file_name()
+        .map(|n| n.to_string_lossy())
+        .unwrap_or_default();
     let t = String::from_utf8_lossy(content);
-    name.ends_with(".key")
+    if name.ends_with(".key")
         || t.contains("PRIVATE KEY-----")
         || t.contains("client-key-data:")
         || t.contains("\n    token:")
         || t.contains("token: ")
+        || t.lines().any(|l| l.trim() == "kind: Secret")
+    {
+        return true;
+    }
+    dest.starts_with("/etc/kubernetes/pki") && !only_public_pem(&t)
+}
+
+/// Text that is one or more PEM blocks of certificates or public keys, and nothing else.
+fn only_public_pem(t: &str) -> bool {
+    let mut blocks = 0;
+    let mut inside: Option<&str> = None;
+    for l in t.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        match (
+            inside,
+            l.strip_prefix("-----BEGIN ")
+                .and_then(|r| r.strip_suffix("-----")),
+        ) {
+            (None, Some(label @ ("CERTIFICATE" | "PUBLIC KEY"))) => inside = Some(label),
+            (None, _) => return false,
+            (Some(label), _) if l == format!("-----END {label}-----") => {
+                inside = None;
+                blocks += 1;
+            }
+            (Some(_), _) => {}
+        }
+    }
+    blocks > 0 && inside.is_none()
 }
 
 /// One file to place.
@@ -443,11 +490,17 @@ pub(crate) fn plan(
         if rule.dest.is_some() {
             add_dirs(&mut dirs, rule, &dest, &label);
         }
-        let name = dest
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let mode = if is_secret(&name, &r.content) {
+        if let Some(first) = out.files.iter().find(|p| p.dest == dest) {
+            return Err(err(
+                r,
+                format!(
+                    "goes to {}, as {} does: two records may not share a destination",
+                    dest.display(),
+                    first.record
+                ),
+            ));
+        }
+        let mode = if is_secret(&dest, &r.content) {
             rule.secret_mode
         } else {
             rule.file_mode
@@ -716,5 +769,70 @@ mod tests {
             matches("kubelet/kubeconfig", "kubelet/kubeconfig"),
             Some("kubeconfig")
         );
+    }
+
+    /// Modes fail closed: a pki file is public only when it holds nothing but certificates or
+    /// public keys; a Secret or token anywhere is private (issue 14, item 9).
+    #[test]
+    fn only_certificates_and_public_keys_are_public() {
+        let b = bundle(&[
+            ("tls/k8s/ca.crt", CA),
+            (
+                "tls/k8s/service-account.pub",
+                "-----BEGIN PUBLIC KEY-----\nMFkw\n-----END PUBLIC KEY-----",
+            ),
+            (
+                "tls/k8s/token.yaml",
+                "apiVersion: v1\nkind: Secret\nstringData:\n  id: abcdef",
+            ),
+            ("tls/k8s/extra.conf", "something: that is not a certificate"),
+            ("tls/k8s/mixed.crt", &format!("{CA}\n{KEY}")),
+            (
+                "manifests/bootstrap-token.yaml",
+                "kind: Secret\nstringData:\n  token-secret: x",
+            ),
+            ("manifests/coredns/service.yaml", "kind: Service"),
+        ]);
+        let p = plan(
+            &parse(&b, f()).unwrap(),
+            TYPHOON_LAYOUT,
+            Role::Controller,
+            Path::new("/etc/kubernetes/kubeconfig"),
+            f(),
+        )
+        .unwrap();
+        let mode = |rec: &str| p.files.iter().find(|x| x.record == rec).unwrap().mode;
+        assert_eq!(mode("tls/k8s/ca.crt"), 0o644);
+        assert_eq!(mode("tls/k8s/service-account.pub"), 0o644);
+        assert_eq!(mode("tls/k8s/token.yaml"), 0o600);
+        assert_eq!(mode("tls/k8s/extra.conf"), 0o600);
+        assert_eq!(mode("tls/k8s/mixed.crt"), 0o600);
+        assert_eq!(mode("manifests/bootstrap-token.yaml"), 0o600);
+        assert_eq!(mode("manifests/coredns/service.yaml"), 0o644);
+    }
+
+    #[test]
+    fn two_records_with_one_destination_and_oversized_bundles_are_refused() {
+        let b = bundle(&[
+            ("tls/etcd/etcd-client.key", KEY),
+            ("tls/k8s/etcd-client.key", KEY),
+        ]);
+        let e = plan(
+            &parse(&b, f()).unwrap(),
+            TYPHOON_LAYOUT,
+            Role::Controller,
+            Path::new("/etc/kubernetes/kubeconfig"),
+            f(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("two records may not share a destination")
+                && e.contains("tls/etcd/etcd-client.key"),
+            "{e}"
+        );
+        let big = vec![b'#'; MAX_BUNDLE_BYTES + 1];
+        let e = parse(&big, f()).unwrap_err().to_string();
+        assert!(e.contains("more than a bundle may hold"), "{e}");
     }
 }

@@ -1,6 +1,7 @@
 //! The `secrets` step: bundles from the inbox, checked whole, placed with their final owner,
 //! mode and label (the pure parser and layout are in [`super::bundle`]).
 
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
@@ -51,7 +52,18 @@ impl Secrets {
     /// The files a bundle places, checked whole (nothing is placed from an invalid bundle).
     fn fileset(cx: &Cx, bundle: &Path) -> anyhow::Result<FileSet> {
         let real = cx.root.path(bundle);
-        let bytes = std::fs::read(&real).with_context(|| format!("reading {}", real.display()))?;
+        // Bounded: read at most one byte more than a bundle may hold (the parser refuses it).
+        let mut bytes = Vec::new();
+        std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(&real)
+            .and_then(|f| {
+                use std::io::Read;
+                f.take(super::bundle::MAX_BUNDLE_BYTES as u64 + 1)
+                    .read_to_end(&mut bytes)
+            })
+            .with_context(|| format!("reading {}", real.display()))?;
         let records = super::bundle::parse(&bytes, bundle)?;
         let plan = super::bundle::plan(
             &records,
