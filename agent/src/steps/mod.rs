@@ -21,6 +21,7 @@ mod kubelet_ca;
 mod kubelet_credentials;
 mod kubelet_running;
 mod kubelet_unit;
+mod layout;
 mod node_files;
 mod node_identity;
 mod relabel;
