@@ -222,13 +222,13 @@ impl LeaseCoordinator {
         let current = lock.read().await.map_err(internal)?;
         let mut gone = Vec::new();
         for h in &current.holders {
-            if h.id != p.id && drainer.ready(&h.node).await.map_err(internal)?.is_none() {
+            if h.node != self.node && drainer.ready(&h.node).await.map_err(internal)?.is_none() {
                 gone.push(h.node.clone());
             }
         }
         // Outside the reboot windows no new slot is taken (a holder keeps going: a node half
         // drained is not left cordoned until the next window).
-        if !current.holds(&p.id)
+        if !current.holds(&self.node)
             && !crate::util::window::open_now(&self.policy.windows, &self.policy.time_zone)
         {
             let d = format!(
@@ -274,7 +274,7 @@ impl LeaseCoordinator {
         let since = slots
             .holders
             .iter()
-            .find(|h| h.id == p.id)
+            .find(|h| h.node == self.node)
             .map_or(now(), |h| h.since);
         drainer.cordon(true).await.map_err(internal)?;
         let deadline = std::time::Instant::now() + self.policy.drain_wait;
@@ -379,7 +379,10 @@ impl LeaseCoordinator {
             return Err(Refusal::new(StatusCode::LOCKED, "not_ready", d));
         }
         drainer.cordon(false).await.map_err(internal)?;
-        let (r, slots) = lock.modify(|s| s.release(&p.id)).await.map_err(internal)?;
+        let (r, slots) = lock
+            .modify(|s| s.release(&self.node))
+            .await
+            .map_err(internal)?;
         self.set("idle", String::new(), &p.group, slots.holders);
         Ok(match r {
             Release::Released => format!("slot of group {} released; node uncordoned", p.group),

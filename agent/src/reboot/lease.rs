@@ -1,6 +1,6 @@
 //! A group's reboot slots stored in a coordination.k8s.io/v1 Lease, so the lock lives in the
 //! cluster's own replicated store: `reboot-<group>` in one namespace, the holders (id, node,
-//! since, renewed) in the annotation [`HOLDERS`], `spec.holderIdentity` the first holder (for
+//! since, renewed) in the annotation [`HOLDERS`], `spec.holderIdentity` the first holder's node (for
 //! `kubectl get lease`), `spec.leaseTransitions` counting slots taken. Every change is a
 //! read-modify-write with the object's `resourceVersion`: two nodes racing for the last slot
 //! cannot both win (the loser gets 409 Conflict, reads again, and finds the group full).
@@ -154,7 +154,7 @@ impl LeaseLock {
             let taken = slots
                 .holders
                 .iter()
-                .filter(|h| !before.holds(&h.id))
+                .filter(|h| !before.holds(&h.node))
                 .count() as i32;
             let mut lease = current.clone().unwrap_or_default();
             lease.metadata.name = Some(self.name.clone());
@@ -167,7 +167,7 @@ impl LeaseLock {
                     serde_json::to_string(&slots).expect("slots serialize"),
                 );
             let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
-            spec.holder_identity = slots.holders.first().map(|h| h.id.clone());
+            spec.holder_identity = slots.holders.first().map(|h| h.node.clone());
             spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0) + taken);
             let written = match &current {
                 None => self.api.create(&PostParams::default(), &lease).await,

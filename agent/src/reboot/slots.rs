@@ -1,5 +1,7 @@
 //! The reboot lock of a group as a counting semaphore (pure): up to `max` holders, each recorded
-//! with the node it reboots and when it took the slot. Recursive (a holder asking again keeps its
+//! with the node it reboots and when it took the slot. Slots are held by node name, unique in
+//! the cluster: the client id (derived from the machine-id, which cloned images share) only
+//! authenticates a local request, so two nodes with one machine-id never share a slot. Recursive (a holder asking again keeps its
 //! slot, as FleetLock requires: Zincati holds no state across crashes), owned (only the holder
 //! releases), and self-healing: a slot whose holder stopped renewing it for longer than a limit,
 //! or whose node no longer exists, is reclaimed.
@@ -35,9 +37,9 @@ pub enum Acquire {
     Obtained,
     /// The caller already held one (renewed).
     Retained,
-    /// Every slot is held; by these ids.
+    /// Every slot is held; by these nodes.
     Full {
-        /// The ids holding the slots.
+        /// The nodes holding the slots.
         holders: Vec<String>,
     },
 }
@@ -45,28 +47,28 @@ pub enum Acquire {
 /// What giving a slot back did.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Release {
-    /// The id's slot was freed.
+    /// The node's slot was freed.
     Released,
-    /// Nothing held by that id (idempotent success for FleetLock's steady-state).
+    /// Nothing held by that node (idempotent success for FleetLock's steady-state).
     NotHeld,
 }
 
 impl Slots {
-    /// True when `id` holds a slot.
-    pub fn holds(&self, id: &str) -> bool {
-        self.holders.iter().any(|h| h.id == id)
+    /// True when `node` holds a slot.
+    pub fn holds(&self, node: &str) -> bool {
+        self.holders.iter().any(|h| h.node == node)
     }
 
-    /// Takes (or renews) a slot for `id` rebooting `node`.
+    /// Takes (or renews) a slot for `node`, asked for by client `id`.
     pub fn acquire(&mut self, id: &str, node: &str, now: u64, max: usize) -> Acquire {
-        if let Some(h) = self.holders.iter_mut().find(|h| h.id == id) {
+        if let Some(h) = self.holders.iter_mut().find(|h| h.node == node) {
             h.renewed = now;
-            h.node = node.to_string();
+            h.id = id.to_string();
             return Acquire::Retained;
         }
         if self.holders.len() >= max.max(1) {
             return Acquire::Full {
-                holders: self.holders.iter().map(|h| h.id.clone()).collect(),
+                holders: self.holders.iter().map(|h| h.node.clone()).collect(),
             };
         }
         self.holders.push(Holder {
@@ -78,10 +80,10 @@ impl Slots {
         Acquire::Obtained
     }
 
-    /// Frees the slot held by `id`, if any.
-    pub fn release(&mut self, id: &str) -> Release {
+    /// Frees the slot held by `node`, if any.
+    pub fn release(&mut self, node: &str) -> Release {
         let before = self.holders.len();
-        self.holders.retain(|h| h.id != id);
+        self.holders.retain(|h| h.node != node);
         if self.holders.len() < before {
             Release::Released
         } else {
@@ -136,17 +138,35 @@ mod tests {
         assert_eq!(
             s.acquire("c", "n3", 22, 2),
             Acquire::Full {
-                holders: vec!["a".into(), "b".into()]
+                holders: vec!["n1".into(), "n2".into()]
             }
         );
-        assert_eq!(s.release("c"), Release::NotHeld);
-        assert_eq!(s.release("a"), Release::Released);
-        assert_eq!(s.release("a"), Release::NotHeld);
+        assert_eq!(s.release("n3"), Release::NotHeld);
+        assert_eq!(s.release("n1"), Release::Released);
+        assert_eq!(s.release("n1"), Release::NotHeld);
         assert_eq!(s.acquire("c", "n3", 23, 2), Acquire::Obtained);
         // max 0 is treated as 1: a group can always reboot someone.
         let mut one = Slots::default();
         assert_eq!(one.acquire("x", "n", 0, 0), Acquire::Obtained);
-        assert!(matches!(one.acquire("y", "n", 0, 0), Acquire::Full { .. }));
+        assert!(matches!(one.acquire("y", "m", 0, 0), Acquire::Full { .. }));
+    }
+
+    /// Cloned images share a machine-id, so two nodes ask with one client id: slots are held by
+    /// node name, and the second node is refused (issue 14, item 4).
+    #[test]
+    fn two_nodes_with_one_machine_id_do_not_share_a_slot() {
+        let mut s = Slots::default();
+        assert_eq!(s.acquire("same-id", "node-a", 10, 1), Acquire::Obtained);
+        assert_eq!(
+            s.acquire("same-id", "node-b", 11, 1),
+            Acquire::Full {
+                holders: vec!["node-a".into()]
+            }
+        );
+        assert!(s.holds("node-a") && !s.holds("node-b"));
+        // Releasing as node-b frees nothing of node-a's.
+        assert_eq!(s.release("node-b"), Release::NotHeld);
+        assert!(s.holds("node-a"));
     }
 
     #[test]
@@ -161,6 +181,6 @@ mod tests {
         assert!(out[0].1.contains("not renewed for 3700 s"), "{}", out[0].1);
         assert!(out[1].1.contains("node gone no longer exists"));
         assert_eq!(s.holders.len(), 1);
-        assert!(s.holds("c"));
+        assert!(s.holds("n3"));
     }
 }

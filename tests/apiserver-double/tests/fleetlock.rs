@@ -188,7 +188,7 @@ async fn zincati_drives_two_nodes_through_one_slot_with_drain_and_readiness() {
     let ok2 = params("id2", "default");
     let (s, b) = post(n2.addr, "POST", fleetlock::PRE_REBOOT, true, &ok2).await;
     assert_eq!((s, kind(&b)), (423, "lock_held".into()), "{b}");
-    assert!(b.contains("held, by id1"), "{b}");
+    assert!(b.contains("held, by n1"), "{b}");
     note(s, &b);
     assert_eq!(n2.coordinator.status().state, "waiting-for-slot");
 

@@ -45,13 +45,13 @@ async fn two_nodes_contend_for_one_slot_and_n_2_lets_both_go() {
     assert_eq!(
         b,
         Acquire::Full {
-            holders: vec!["a".into()]
+            holders: vec!["n1".into()]
         }
     );
     // Asking again is idempotent for the holder.
     let (a2, _) = l.modify(|s| s.acquire("a", "n1", now(), 1)).await.unwrap();
     assert_eq!(a2, Acquire::Retained);
-    let (r, _) = l.modify(|s| s.release("a")).await.unwrap();
+    let (r, _) = l.modify(|s| s.release("n1")).await.unwrap();
     assert_eq!(r, Release::Released);
     let (b, _) = l.modify(|s| s.acquire("b", "n2", now(), 1)).await.unwrap();
     assert_eq!(b, Acquire::Obtained);
@@ -77,7 +77,7 @@ async fn two_nodes_contend_for_one_slot_and_n_2_lets_both_go() {
     let history = api.lease_history();
     let last = history.last().unwrap();
     assert_eq!(last["metadata"]["name"], "reboot-workers");
-    assert_eq!(last["spec"]["holderIdentity"], "c");
+    assert_eq!(last["spec"]["holderIdentity"], "n3");
     assert_eq!(last["spec"]["leaseTransitions"], 2);
 }
 
@@ -109,7 +109,7 @@ async fn a_fleetlock_group_that_is_no_object_name_still_gets_a_lease_of_its_own(
         .await
         .unwrap();
     assert_eq!(b, Acquire::Obtained);
-    assert!(upper.read().await.unwrap().holds("a"));
+    assert!(upper.read().await.unwrap().holds("n1"));
     let names: std::collections::BTreeSet<String> = api
         .lease_history()
         .iter()
@@ -137,7 +137,7 @@ async fn a_holder_whose_node_vanished_is_reclaimed() {
     assert_eq!(out.0.len(), 1);
     assert!(out.0[0].1.contains("no longer exists"));
     assert_eq!(out.1, Acquire::Obtained);
-    assert!(slots.holds("b") && !slots.holds("a"));
+    assert!(slots.holds("n2") && !slots.holds("gone-node"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -168,7 +168,7 @@ async fn two_hundred_nodes_reboot_through_one_group_never_more_than_three_at_onc
             }
             tokio::time::sleep(Duration::from_millis(10)).await; // the reboot
             requests += 1;
-            let (r, _) = l.modify(|s| s.release(&id)).await.unwrap();
+            let (r, _) = l.modify(|s| s.release(&node)).await.unwrap();
             assert_eq!(r, Release::Released);
             requests
         }));
