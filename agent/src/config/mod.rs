@@ -369,6 +369,17 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(e.key, "kubelet.credentials_check_secs");
+        // FleetLock is served to this node only (issue 14, item 3).
+        let e = settings(
+            &[(
+                "30.toml",
+                "[node]\nrole = \"worker\"\n[reboot]\nlisten = \"0.0.0.0:9455\"\n",
+            )],
+            &Host::generic(),
+        )
+        .unwrap_err();
+        assert_eq!(e.key, "reboot.listen");
+        assert!(e.to_string().contains("not a loopback address"), "{e}");
         // Bounded: near i64::MAX the interval would overflow `Instant + Duration` (a panic, and
         // with panic=abort the end of nodectld); a group of 2^32+1 slots would wrap to 1.
         for (key, frag) in [

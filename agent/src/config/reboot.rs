@@ -76,7 +76,17 @@ impl RebootPolicy {
         };
         let listen = f.listen.as_deref().unwrap_or(DEFAULT_LISTEN);
         let policy = RebootPolicy {
-            listen: listen.parse().map_err(|_| c.bad("reboot.listen", listen))?,
+            listen: match listen.parse::<SocketAddr>() {
+                // FleetLock has no authentication: its callers must be this node's processes.
+                Ok(a) if a.ip().is_loopback() => a,
+                Ok(_) => {
+                    return Err(c.at(
+                        "reboot.listen",
+                        format!("{listen:?} is not a loopback address: FleetLock has no authentication, so nodectld serves it to this node only (127.0.0.1 or ::1)"),
+                    ))
+                }
+                Err(_) => return Err(c.bad("reboot.listen", listen)),
+            },
             group: match f.group.as_deref() {
                 None => DEFAULT_GROUP.into(),
                 Some(g) if names::valid_group(g) => g.into(),

@@ -30,16 +30,6 @@ pub enum LeaseError {
         /// The error.
         message: String,
     },
-    /// The holders annotation is not valid JSON for the slots.
-    #[error("Lease {namespace}/{name}: annotation {HOLDERS} does not parse: {message}")]
-    Corrupt {
-        /// The Lease's namespace.
-        namespace: String,
-        /// The Lease's name.
-        name: String,
-        /// The parse error.
-        message: String,
-    },
 }
 
 /// A group's reboot slots kept in one Lease.
@@ -101,6 +91,20 @@ impl LeaseLock {
         }
     }
 
+    /// The stored slots; an unreadable holder list (every node may write the Lease) is treated
+    /// as empty, so its slots are reclaimed by the next write, and logged: a permanent error
+    /// would stop every reboot of the group.
+    fn slots_or_reclaim(&self, l: &Lease) -> Slots {
+        slots_of(l).unwrap_or_else(|e| {
+            tracing::warn!(
+                lease = %self.name,
+                namespace = %self.namespace,
+                "the Lease's holder list is unreadable ({e}); its slots are reclaimed"
+            );
+            Slots::default()
+        })
+    }
+
     fn err(&self, e: impl std::fmt::Display) -> LeaseError {
         LeaseError::Api {
             namespace: self.namespace.clone(),
@@ -118,11 +122,7 @@ impl LeaseLock {
             .map_err(|e| self.err(e))?
         {
             None => Ok(Slots::default()),
-            Some(l) => slots_of(&l).map_err(|message| LeaseError::Corrupt {
-                namespace: self.namespace.clone(),
-                name: self.name.clone(),
-                message: message.to_string(),
-            }),
+            Some(l) => Ok(self.slots_or_reclaim(&l)),
         }
     }
 
@@ -140,11 +140,7 @@ impl LeaseLock {
                 .map_err(|e| self.err(e))?;
             let mut slots = match &current {
                 None => Slots::default(),
-                Some(l) => slots_of(l).map_err(|message| LeaseError::Corrupt {
-                    namespace: self.namespace.clone(),
-                    name: self.name.clone(),
-                    message: message.to_string(),
-                })?,
+                Some(l) => self.slots_or_reclaim(l),
             };
             let before = slots.clone();
             let r = f(&mut slots);

@@ -100,6 +100,12 @@ impl Slots {
         node_exists: impl Fn(&str) -> bool,
     ) -> Vec<(Holder, String)> {
         let mut gone = Vec::new();
+        // Times from the future (a clock ahead, or a node writing what it likes: every node may
+        // update the Lease) are clamped to now, so such a slot ages like any other.
+        for h in &mut self.holders {
+            h.renewed = h.renewed.min(now);
+            h.since = h.since.min(now);
+        }
         self.holders.retain(|h| {
             let why = if !node_exists(&h.node) {
                 Some(format!("node {} no longer exists", h.node))
@@ -182,5 +188,16 @@ mod tests {
         assert!(out[1].1.contains("node gone no longer exists"));
         assert_eq!(s.holders.len(), 1);
         assert!(s.holds("n3"));
+    }
+
+    /// A `renewed` far in the future never made a slot stale (issue 14, item 7).
+    #[test]
+    fn times_from_the_future_are_clamped_so_the_slot_ages() {
+        let mut s = Slots::default();
+        s.acquire("a", "n1", u64::MAX / 2, 1);
+        assert!(s.reclaim(1000, 3600, |_| true).is_empty());
+        assert_eq!(s.holders[0].renewed, 1000);
+        let out = s.reclaim(1000 + 3601, 3600, |_| true);
+        assert_eq!(out.len(), 1, "{out:?}");
     }
 }

@@ -203,3 +203,33 @@ async fn two_hundred_nodes_reboot_through_one_group_never_more_than_three_at_onc
         f64::from(total) / NODES as f64
     );
 }
+
+/// Every node may update the group's Lease: a holder list that does not parse is treated as
+/// empty (its slots reclaimed, logged), not a permanent error that stops every reboot of the
+/// group (issue 14, item 7).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreadable_holder_list_is_reclaimed_not_a_permanent_error() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    let api = Double::start(Options::default()).await.unwrap();
+    let l = lock(&api, "default").await;
+    l.modify(|s| s.acquire("a", "n1", now(), 1)).await.unwrap();
+    let kc = api
+        .client_kubeconfig("system:node:sim", &["system:nodes"])
+        .unwrap();
+    let leases: kube::Api<Lease> =
+        kube::Api::namespaced(common::client_for(&kc).await, "nodectl-reboot");
+    let mut lease = leases.get("reboot-default").await.unwrap();
+    lease
+        .metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(HOLDERS.into(), "{not json".into());
+    leases
+        .replace("reboot-default", &Default::default(), &lease)
+        .await
+        .unwrap();
+    assert_eq!(l.read().await.unwrap(), Slots::default());
+    let (got, slots) = l.modify(|s| s.acquire("b", "n2", now(), 1)).await.unwrap();
+    assert_eq!(got, Acquire::Obtained);
+    assert!(slots.holds("n2"));
+}
