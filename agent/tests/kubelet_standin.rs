@@ -158,3 +158,26 @@ fn the_standin_refuses_what_kubelet_refuses_and_takes_the_node_name_given() {
         "{out}"
     );
 }
+
+/// `--config` in the unit names the webhook-authenticated configuration and the env file's
+/// `KUBELET_CONFIG` follows it (the last value counts): an env file without it (an older one, or
+/// none yet) leaves kubelet with the secure configuration, never with kubelet's own defaults
+/// (anonymous access, every request allowed).
+#[test]
+fn without_the_env_files_config_kubelet_gets_the_secure_one() {
+    let golden = repo().join("tests/golden/fcos-controller");
+    let args: Vec<String> = kubelet_args(&golden)
+        .into_iter()
+        .filter(|a| !a.ends_with("kubelet-standalone.yaml"))
+        .collect();
+    assert!(
+        args.iter()
+            .any(|a| a.ends_with("/etc/kubernetes/kubelet.yaml")),
+        "{args:?}"
+    );
+    let (ran, out) = run_standin(&args);
+    assert!(
+        !ran && out.contains("cannot use webhook authentication"),
+        "{out}"
+    );
+}

@@ -132,8 +132,12 @@ impl KubeletSpec {
         }
         // From the env file, read at each start (so switching them needs no daemon-reload).
         // Unbraced: systemd splits each into words, and an empty value into none.
-        words.insert(0, "$KUBELET_CONFIG".into());
-        words.insert(2, "$KUBELET_KUBECONFIG".into());
+        // `--config` always names the webhook-authenticated configuration; the env file's
+        // `KUBELET_CONFIG` comes after it and wins (kubelet's flags: the last value counts), so
+        // a missing or older env file never leaves kubelet with its insecure defaults.
+        words.insert(0, "--config=/etc/kubernetes/kubelet.yaml".into());
+        words.insert(1, "$KUBELET_CONFIG".into());
+        words.insert(3, "$KUBELET_KUBECONFIG".into());
         words
     }
 

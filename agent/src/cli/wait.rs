@@ -20,8 +20,6 @@ enum Stop {
     Config(String),
     #[error("no step {0:?} (steps: {1})")]
     Unknown(String, String),
-    #[error("{0} failed: {1}")]
-    Failed(String, String),
 }
 
 /// What the steps still wait for (empty: all converged); `Err` when one failed or is unknown.
@@ -32,12 +30,19 @@ fn pending(st: &Status, steps: &[String]) -> Result<Vec<String>, Stop> {
     let mut out = Vec::new();
     for id in steps {
         let Some(s) = st.steps.iter().find(|s| s.id == *id) else {
+            if st.steps.is_empty() {
+                // nodectld starting: no pass published yet.
+                out.push(format!("{id}: nodectld's first pass"));
+                continue;
+            }
             let known: Vec<&str> = st.steps.iter().map(|s| s.id.as_str()).collect();
             return Err(Stop::Unknown(id.clone(), known.join(", ")));
         };
         match &s.state {
             StepState::Converged { .. } | StepState::Applied { .. } => {}
-            StepState::Failed { error } => return Err(Stop::Failed(id.clone(), error.clone())),
+            // A failure may be mended by the next pass (a bundle replaced): waited out, shown
+            // at the timeout.
+            StepState::Failed { error } => out.push(format!("{id} failed: {error}")),
             StepState::Waiting { waiting_for } => out.push(format!("{id}: {waiting_for}")),
             StepState::Blocked { blocked_by } => {
                 out.push(format!("{id}: blocked by {}", blocked_by.join(", ")))

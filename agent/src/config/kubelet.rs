@@ -62,7 +62,9 @@ fn is_provider_id(s: &str) -> bool {
             && p.chars()
                 .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
             && !rest.is_empty()
-            && !rest.chars().any(|c| c.is_whitespace() || c == '$')
+            && !rest
+                .chars()
+                .any(|c| c.is_whitespace() || c.is_control() || "$%\"'\\;`".contains(c))
     })
 }
 

@@ -380,6 +380,19 @@ mod tests {
         .unwrap_err();
         assert_eq!(e.key, "reboot.listen");
         assert!(e.to_string().contains("not a loopback address"), "{e}");
+        // A literal provider id goes into kubelet.service's command line: nothing systemd or a
+        // shell would interpret.
+        for bad in [
+            "aws:///z/i-1;x",
+            "aws:///z/%n",
+            "aws:///z/\"x",
+            "aws:///z/i 1",
+            "noscheme",
+        ] {
+            let text = format!("[node]\nrole = \"worker\"\n[kubelet]\nprovider_id = {bad:?}\n");
+            let e = settings(&[("30.toml", &text)], &Host::generic()).unwrap_err();
+            assert_eq!(e.key, "kubelet.provider_id", "{bad}");
+        }
         // Bounded: near i64::MAX the interval would overflow `Instant + Duration` (a panic, and
         // with panic=abort the end of nodectld); a group of 2^32+1 slots would wrap to 1.
         for (key, frag) in [

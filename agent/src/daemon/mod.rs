@@ -201,7 +201,9 @@ async fn next_trigger(
             t = rx.recv() => break t,
             t = watcher.next() => break Some(t),
             _ = signals.hup.recv() => break Some(Trigger::Sighup),
-            _ = tokio::time::sleep_until(resync_at) => break Some(Trigger::Resync),
+            _ = tokio::time::sleep_until(resync_at) => {
+                break Some(if recheck.is_some() { Trigger::Recheck } else { Trigger::Resync })
+            }
             _ = signals.term.recv() => break None,
             _ = signals.int.recv() => break None,
             _ = tokio::time::sleep_until(trim_at.unwrap_or(resync_at)), if trim_at.is_some() => {

@@ -26,8 +26,10 @@ pub(crate) enum Trigger {
     InputChange,
     /// A root caller's `Converge`.
     Dbus,
-    /// The hourly resync, or a recheck a step asked for.
+    /// The hourly resync.
     Resync,
+    /// A recheck a step asked for (a backoff ending, something settling, a wait).
+    Recheck,
     /// A certificate request running in the background ended, or the API server refused the
     /// node's certificate.
     Credentials,
@@ -48,6 +50,7 @@ impl Trigger {
             Trigger::InputChange => "input-change",
             Trigger::Dbus => "dbus",
             Trigger::Resync => "resync",
+            Trigger::Recheck => "recheck",
             Trigger::Credentials => "credentials",
             Trigger::Reboot => "reboot",
             Trigger::CredentialChange => "credential-change",
@@ -62,7 +65,10 @@ impl Trigger {
     /// What the audit reads may have changed (or it is time to look again): the daemon
     /// re-audits after such a pass, and keeps the last audit after the others.
     pub(super) fn reaudits(self) -> bool {
-        !matches!(self, Trigger::Credentials | Trigger::Reboot)
+        !matches!(
+            self,
+            Trigger::Credentials | Trigger::Reboot | Trigger::Recheck
+        )
     }
 }
 

@@ -334,12 +334,16 @@ impl LeaseCoordinator {
         let lock = LeaseLock::new(client, &self.policy.namespace, group);
         let (freed, slots) = lock
             .modify(|s| {
-                let before: Vec<Holder> = s.holders.clone();
-                s.holders.retain(|h| h.id != holder && h.node != holder);
-                before
-                    .into_iter()
-                    .filter(|h| h.id == holder || h.node == holder)
-                    .collect::<Vec<_>>()
+                // By node name; by client id only when one node holds it (cloned images share
+                // a machine-id, and with it the id: never free several nodes' slots at once).
+                let by_node = s.holders.iter().position(|h| h.node == holder);
+                let by_id: Vec<usize> = (0..s.holders.len())
+                    .filter(|&i| s.holders[i].id == holder)
+                    .collect();
+                match (by_node, by_id.as_slice()) {
+                    (Some(i), _) | (None, &[i]) => vec![s.holders.remove(i)],
+                    _ => Vec::new(),
+                }
             })
             .await
             .map_err(|e| ReleaseError(e.to_string()))?;
@@ -356,7 +360,7 @@ impl LeaseCoordinator {
                 ))
             }
             None => Err(ReleaseError(format!(
-                "no slot of group {group} is held by {holder:?}"
+                "no slot of group {group} is held by {holder:?} (a client id that several nodes share frees nothing: name the node)"
             ))),
         }
     }
