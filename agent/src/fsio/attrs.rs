@@ -7,17 +7,22 @@ use std::path::Path;
 
 use super::{werr, WriteError, Writer};
 
+/// Opens an existing file or directory for reading without following a symlink in its place
+/// (`ELOOP`), nor blocking on a FIFO planted there.
+pub(crate) fn open_nofollow(real: &Path) -> std::io::Result<fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(real)
+}
+
 impl Writer<'_> {
     /// Sets the mode of an existing file or directory through a descriptor opened without
     /// following a symlink (a link in its place is refused, never followed).
     pub fn set_mode(&self, node_path: &Path, mode: u32) -> Result<(), WriteError> {
-        use std::os::unix::fs::OpenOptionsExt;
         let real = self.root.path(node_path);
-        let f = fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
-            .open(&real)
-            .map_err(werr(&real, "open"))?;
+        let f = open_nofollow(&real).map_err(werr(&real, "open"))?;
         f.set_permissions(fs::Permissions::from_mode(mode))
             .map_err(werr(&real, "chmod"))
     }
@@ -31,13 +36,8 @@ impl Writer<'_> {
         gid: u32,
         mode: u32,
     ) -> Result<(), WriteError> {
-        use std::os::unix::fs::OpenOptionsExt;
         let real = self.root.path(node_path);
-        let f = fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
-            .open(&real)
-            .map_err(werr(&real, "open"))?;
+        let f = open_nofollow(&real).map_err(werr(&real, "open"))?;
         use std::os::fd::AsRawFd;
         nix::unistd::fchown(f.as_raw_fd(), Some(uid.into()), Some(gid.into()))
             .map_err(|e| werr(&real, "chown")(e.into()))?;

@@ -6,6 +6,8 @@
 
 mod attrs;
 
+pub(crate) use attrs::open_nofollow;
+
 use std::fmt;
 use std::fs::{self, File};
 use std::io::{self, Write};

@@ -1,7 +1,6 @@
 //! The `secrets` step: bundles from the inbox, checked whole, placed with their final owner,
 //! mode and label (the pure parser and layout are in [`super::bundle`]).
 
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
@@ -54,10 +53,7 @@ impl Secrets {
         let real = cx.root.path(bundle);
         // Bounded: read at most one byte more than a bundle may hold (the parser refuses it).
         let mut bytes = Vec::new();
-        std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-            .open(&real)
+        crate::fsio::open_nofollow(&real)
             .and_then(|f| {
                 use std::io::Read;
                 f.take(super::bundle::MAX_BUNDLE_BYTES as u64 + 1)
