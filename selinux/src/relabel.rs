@@ -14,13 +14,14 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::ffi::{CStr, CString};
-use std::fs;
 use std::io;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, WatchDescriptor};
+use nix::fcntl::AtFlags;
+use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, InotifyEvent, WatchDescriptor};
+use nix::sys::stat::{fstat, fstatat, FileStat};
 use serde::{Deserialize, Serialize};
 
 use crate::{Context, Labeler};
@@ -130,110 +131,227 @@ fn target_bytes(target: &Context) -> Vec<u8> {
     v
 }
 
-/// Entries grouped by their directory: workers `chdir` into `dir` once and use the one-component
-/// `names` (path lookup of a single component per call, as `chcon -R`'s fts does).
-#[derive(Debug, Default)]
+/// Entries grouped by their directory, which is held open: workers `fchdir` into it once and use
+/// the one-component `names` (path lookup of a single component per call, as `chcon -R`'s fts
+/// does). No path is resolved again after the listing, so a directory swapped for a symlink
+/// meanwhile cannot lead a worker outside the tree.
+#[derive(Debug)]
 struct Group {
+    /// Where the directory was (reports only).
     dir: PathBuf,
+    fd: OwnedFd,
     names: Vec<CString>,
 }
 
-fn group_of(groups: &mut Vec<Group>, path: &Path) {
-    let dir = path.parent().unwrap_or(Path::new("/")).to_path_buf();
-    let name = path
-        .file_name()
-        .map(|n| CString::new(n.as_bytes()).expect("no NUL in file names"))
-        .unwrap_or_else(|| c".".to_owned());
-    match groups.last_mut() {
-        Some(g) if g.dir == dir => g.names.push(name),
-        _ => groups.push(Group {
-            dir,
-            names: vec![name],
-        }),
-    }
+/// At most this many directories are held open by a walk: it hands its groups over in batches.
+const BATCH_DIRS: usize = 256;
+
+fn cname(n: &std::ffi::OsStr) -> CString {
+    CString::new(n.as_bytes()).expect("no NUL in file names")
 }
 
-/// Lists `top` and everything below it on its filesystem, grouped by directory; `on_dir` sees
-/// every directory.
-fn walk(
-    top: &Path,
-    exclude: &[PathBuf],
-    out: &mut Vec<Group>,
-    report: &mut Report,
-    on_dir: &mut dyn FnMut(&Path),
-) {
-    if excluded(exclude, top) {
-        return;
+/// `lstat` of `name` in the directory `dir`.
+fn stat_at(dir: RawFd, name: &CStr) -> io::Result<FileStat> {
+    fstatat(Some(dir), name, AtFlags::AT_SYMLINK_NOFOLLOW).map_err(io::Error::from)
+}
+
+fn is_dir(st: &FileStat) -> bool {
+    st.st_mode & libc::S_IFMT == libc::S_IFDIR
+}
+
+/// A walk over directory descriptors: lists a tree on its filesystem, never following a symlink
+/// (subdirectories are opened component by component with `O_NOFOLLOW` from the walk's root),
+/// and hands the entries, grouped by directory, to `sink` in batches of [`BATCH_DIRS`].
+struct Walk<'a> {
+    exclude: &'a [PathBuf],
+    report: Report,
+    /// Every directory the walk opened.
+    on_dir: &'a mut dyn FnMut(&Path),
+    sink: &'a mut dyn FnMut(Vec<Group>, &mut Report),
+    batch: Vec<Group>,
+}
+
+impl<'a> Walk<'a> {
+    fn new(
+        exclude: &'a [PathBuf],
+        on_dir: &'a mut dyn FnMut(&Path),
+        sink: &'a mut dyn FnMut(Vec<Group>, &mut Report),
+    ) -> Self {
+        Walk {
+            exclude,
+            report: Report::default(),
+            on_dir,
+            sink,
+            batch: Vec::new(),
+        }
     }
-    let err = |report: &mut Report, path: &Path, what: &str, e: io::Error| {
-        report.errors.push(PathError {
+
+    fn err(&mut self, path: &Path, what: &str, e: io::Error) {
+        self.report.errors.push(PathError {
             path: path.to_path_buf(),
             error: format!("{what}: {e}"),
-        })
-    };
-    let meta = match fs::symlink_metadata(top) {
-        Ok(m) => m,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return,
-        Err(e) => return err(report, top, "stat", e),
-    };
-    group_of(out, top);
-    if !meta.is_dir() {
-        return;
+        });
     }
-    let dev = meta.dev();
-    let mut stack = vec![top.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        on_dir(&dir);
-        let entries = match fs::read_dir(&dir) {
-            Ok(e) => e,
-            Err(e) => {
-                err(report, &dir, "read directory", e);
-                continue;
+
+    fn push(&mut self, g: Group) {
+        if g.names.is_empty() {
+            return;
+        }
+        self.batch.push(g);
+        if self.batch.len() >= BATCH_DIRS {
+            self.flush();
+        }
+    }
+
+    fn flush(&mut self) {
+        let batch = std::mem::take(&mut self.batch);
+        if !batch.is_empty() {
+            (self.sink)(batch, &mut self.report);
+        }
+    }
+
+    /// The end: the last batch handed over, the walk's report.
+    fn finish(mut self) -> Report {
+        self.flush();
+        self.report
+    }
+
+    /// `top` (absolute) and everything below it; no component of `top` may be a symlink.
+    fn tree(&mut self, top: &Path) {
+        let (Some(parent), Some(name)) = (top.parent(), top.file_name()) else {
+            return;
+        };
+        match crate::beneath::open_dir_nofollow(parent) {
+            Ok(fd) => self.entry(fd, parent, cname(name)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => self.err(top, "open (symlinks are not followed)", e),
+        }
+    }
+
+    /// `name` in the open directory `parent` (at `parent_path`), and when it is a directory
+    /// everything below it on its filesystem.
+    fn entry(&mut self, parent: OwnedFd, parent_path: &Path, name: CString) {
+        let path = parent_path.join(std::ffi::OsStr::from_bytes(name.as_bytes()));
+        if excluded(self.exclude, &path) {
+            return;
+        }
+        let st = match stat_at(parent.as_raw_fd(), &name) {
+            Ok(st) => st,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return,
+            Err(e) => return self.err(&path, "stat", e),
+        };
+        let below = if is_dir(&st) {
+            match crate::beneath::open_child_dir(parent.as_raw_fd(), &name) {
+                Ok(fd) => Some(fd),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => return,
+                Err(e) => return self.err(&path, "open directory (symlinks are not followed)", e),
             }
+        } else {
+            None
         };
-        let mut group = Group {
-            dir: dir.clone(),
-            names: Vec::new(),
-        };
-        for entry in entries {
-            let entry = match entry {
-                Ok(e) => e,
+        self.push(Group {
+            dir: parent_path.to_path_buf(),
+            fd: parent,
+            names: vec![name],
+        });
+        if let Some(fd) = below {
+            self.below(&path, fd, st.st_dev);
+        }
+    }
+
+    /// Everything below the open directory `base` (at `path`) on the filesystem `dev`.
+    /// Directories still to list are kept as paths relative to `base` and opened from it
+    /// component by component when their turn comes, so few descriptors are open at a time.
+    fn below(&mut self, path: &Path, base: OwnedFd, dev: u64) {
+        let mut stack = vec![PathBuf::new()];
+        while let Some(rel) = stack.pop() {
+            let dpath = path.join(&rel);
+            let fd = match crate::beneath::open_dir_beneath(base.as_raw_fd(), &rel) {
+                Ok(fd) => fd,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
                 Err(e) => {
-                    err(report, &dir, "read directory", e);
+                    self.err(&dpath, "open directory (symlinks are not followed)", e);
                     continue;
                 }
             };
-            if !exclude.is_empty() && excluded(exclude, &entry.path()) {
-                continue;
-            }
-            match entry.file_type() {
-                Ok(t) if t.is_dir() => {
-                    let path = entry.path();
-                    match fs::symlink_metadata(&path) {
-                        Ok(m) if m.dev() != dev => {
-                            report.other_filesystems += 1;
-                            continue;
-                        }
-                        Ok(_) => stack.push(path),
-                        Err(e) => {
-                            err(report, &path, "stat", e);
-                            continue;
-                        }
-                    }
+            // The directory opened is the one listed, on this filesystem (a mount appearing
+            // since is not entered).
+            match fstat(fd.as_raw_fd()) {
+                Ok(st) if st.st_dev == dev => {}
+                Ok(_) => {
+                    self.report.other_filesystems += 1;
+                    continue;
                 }
-                Ok(_) => {}
                 Err(e) => {
-                    err(report, &entry.path(), "file type", e);
+                    self.err(&dpath, "stat", e.into());
                     continue;
                 }
             }
-            group
-                .names
-                .push(CString::new(entry.file_name().as_bytes()).expect("no NUL in file names"));
+            (self.on_dir)(&dpath);
+            let names = self.list(&dpath, &fd, dev, &rel, &mut stack);
+            self.push(Group {
+                dir: dpath,
+                fd,
+                names,
+            });
         }
-        if !group.names.is_empty() {
-            out.push(group);
+    }
+
+    /// The entries of the open directory `fd` to label; subdirectories on `dev` go on `stack`.
+    fn list(
+        &mut self,
+        dpath: &Path,
+        fd: &OwnedFd,
+        dev: u64,
+        rel: &Path,
+        stack: &mut Vec<PathBuf>,
+    ) -> Vec<CString> {
+        let mut names = Vec::new();
+        let dir = nix::unistd::dup(fd.as_raw_fd()).and_then(nix::dir::Dir::from_fd);
+        let mut dir = match dir {
+            Ok(d) => d,
+            Err(e) => {
+                self.err(dpath, "read directory", e.into());
+                return names;
+            }
+        };
+        for entry in dir.iter() {
+            let entry = match entry {
+                Ok(e) => e,
+                Err(e) => {
+                    self.err(dpath, "read directory", e.into());
+                    break;
+                }
+            };
+            let name = entry.file_name();
+            if name == c"." || name == c".." {
+                continue;
+            }
+            let os = std::ffi::OsStr::from_bytes(name.to_bytes());
+            if !self.exclude.is_empty() && excluded(self.exclude, &dpath.join(os)) {
+                continue;
+            }
+            let dir_entry = match entry.file_type() {
+                Some(t) => t == nix::dir::Type::Directory,
+                None => stat_at(fd.as_raw_fd(), name).is_ok_and(|st| is_dir(&st)),
+            };
+            if dir_entry {
+                match stat_at(fd.as_raw_fd(), name) {
+                    Ok(st) if st.st_dev != dev => {
+                        self.report.other_filesystems += 1;
+                        continue;
+                    }
+                    Ok(_) => stack.push(rel.join(os)),
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                    Err(e) => {
+                        self.err(&dpath.join(os), "stat", e);
+                        continue;
+                    }
+                }
+            }
+            names.push(name.to_owned());
         }
+        names
     }
 }
 
@@ -291,15 +409,20 @@ fn check_entries(
                     let mut buf = vec![0u8; 256];
                     let relative = private_cwd();
                     for g in part {
-                        let dir_ok = relative && std::env::set_current_dir(&g.dir).is_ok();
+                        // Into the held directory: never a path resolved again. Without a
+                        // private working directory, through the descriptor's /proc link (the
+                        // directory itself, whatever its path has become).
+                        let dir_ok = relative && nix::unistd::fchdir(g.fd.as_raw_fd()).is_ok();
+                        let via_fd = PathBuf::from(format!("/proc/self/fd/{}", g.fd.as_raw_fd()));
                         for name in &g.names {
                             r.examined += 1;
-                            let full = || g.dir.join(std::ffi::OsStr::from_bytes(name.as_bytes()));
+                            let os = std::ffi::OsStr::from_bytes(name.as_bytes());
+                            let full = || g.dir.join(os);
                             let abs;
                             let p: &CStr = if dir_ok {
                                 name
                             } else {
-                                abs = cpath(&full());
+                                abs = cpath(&via_fd.join(os));
                                 &abs
                             };
                             match get_raw(p, &mut buf) {
@@ -360,14 +483,15 @@ pub fn relabel_tree_except(
     if labeler.skipped().is_some() {
         return Report::default();
     }
-    let mut report = Report {
-        full_scan: true,
-        ..Report::default()
+    let target = target_bytes(target);
+    let mut on_dir = |_: &Path| {};
+    let mut sink = |batch: Vec<Group>, report: &mut Report| {
+        report.merge(check_entries(&batch, &target, dry_run, false).0);
     };
-    let mut entries = Vec::new();
-    walk(top, exclude, &mut entries, &mut report, &mut |_| {});
-    let (r, _) = check_entries(&entries, &target_bytes(target), dry_run, false);
-    report.merge(r);
+    let mut walk = Walk::new(exclude, &mut on_dir, &mut sink);
+    walk.tree(top);
+    let mut report = walk.finish();
+    report.full_scan = true;
     report
 }
 
@@ -391,11 +515,28 @@ pub struct Tracker {
     exclude: Vec<PathBuf>,
 }
 
+/// Added through the held directory's `/proc/self/fd` link (which must be followed to reach
+/// it), so never by a path that could lead elsewhere.
 const WATCH: AddWatchFlags = AddWatchFlags::IN_ATTRIB
     .union(AddWatchFlags::IN_CREATE)
     .union(AddWatchFlags::IN_MOVED_TO)
-    .union(AddWatchFlags::IN_DONT_FOLLOW)
     .union(AddWatchFlags::IN_ONLYDIR);
+
+/// Reads the queued events (without acting on them).
+fn read_queue(ino: &Inotify, into: &mut Vec<InotifyEvent>) {
+    while let Ok(events) = ino.read_events() {
+        if events.is_empty() {
+            break;
+        }
+        into.extend(events);
+    }
+}
+
+/// The path no longer leads to an entry of the tree without following a link (or is gone).
+fn gone(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::NotFound
+        || matches!(e.raw_os_error(), Some(libc::ELOOP | libc::ENOTDIR))
+}
 
 impl Tracker {
     pub fn new(top: &Path, target: &Context) -> io::Result<Self> {
@@ -425,46 +566,135 @@ impl Tracker {
         &self.exclude
     }
 
+    /// The directory `dir` of the tree, opened from the top without following symlinks.
+    fn open_in_tree(&self, dir: &Path) -> io::Result<OwnedFd> {
+        let rel = dir
+            .strip_prefix(&self.top)
+            .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        let top = crate::beneath::open_dir_nofollow(&self.top)?;
+        crate::beneath::open_dir_beneath(top.as_raw_fd(), rel)
+    }
+
     fn watch(&mut self, dir: &Path) {
         if self.watched.contains(dir) {
             return;
         }
-        match self.ino.add_watch(dir, WATCH) {
+        let added = self.open_in_tree(dir).and_then(|fd| {
+            let via_fd = format!("/proc/self/fd/{}", fd.as_raw_fd());
+            self.ino
+                .add_watch(via_fd.as_str(), WATCH)
+                .map_err(io::Error::from)
+        });
+        match added {
             Ok(wd) => {
                 self.dirs.insert(wd, dir.to_path_buf());
                 self.watched.insert(dir.to_path_buf());
             }
+            // Gone or replaced since the scan: its parent's event brings it back.
+            Err(e) if gone(&e) => {}
             // Without a watch this directory's changes would go unseen: scan fully next time.
             Err(_) => self.last_full = None,
         }
     }
 
+    /// Acts on events read: lost events mean a full scan; changed entries are dirty.
+    fn absorb(&mut self, events: Vec<InotifyEvent>) {
+        for ev in events {
+            if ev.mask.contains(AddWatchFlags::IN_Q_OVERFLOW) {
+                self.last_full = None;
+                continue;
+            }
+            if ev.mask.contains(AddWatchFlags::IN_IGNORED) {
+                if let Some(d) = self.dirs.remove(&ev.wd) {
+                    self.watched.remove(&d);
+                }
+                continue;
+            }
+            let Some(dir) = self.dirs.get(&ev.wd) else {
+                continue;
+            };
+            let p = match &ev.name {
+                Some(n) if !n.is_empty() => dir.join(n),
+                _ => dir.clone(),
+            };
+            self.dirty.insert(p);
+        }
+    }
+
     /// Reads queued events into the dirty set.
     fn drain(&mut self) {
-        while let Ok(events) = self.ino.read_events() {
-            if events.is_empty() {
-                break;
+        let mut events = Vec::new();
+        read_queue(&self.ino, &mut events);
+        self.absorb(events);
+    }
+
+    /// The dirty entries: each opened from its directory, reached from the top without
+    /// following symlinks; a new directory is walked, anything else labeled itself.
+    fn walk_dirty(&self, walk: &mut Walk, dirty: BTreeSet<PathBuf>) {
+        let top = match crate::beneath::open_dir_nofollow(&self.top) {
+            Ok(fd) => fd,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return,
+            Err(e) => return walk.err(&self.top, "open (symlinks are not followed)", e),
+        };
+        let mut group: Option<Group> = None;
+        for p in dirty {
+            if excluded(walk.exclude, &p) {
+                continue;
             }
-            for ev in events {
-                if ev.mask.contains(AddWatchFlags::IN_Q_OVERFLOW) {
-                    self.last_full = None;
-                    continue;
-                }
-                if ev.mask.contains(AddWatchFlags::IN_IGNORED) {
-                    if let Some(d) = self.dirs.remove(&ev.wd) {
-                        self.watched.remove(&d);
+            let Ok(rel) = p.strip_prefix(&self.top) else {
+                continue;
+            };
+            let (parent_path, name) = match (p.parent(), p.file_name()) {
+                (Some(d), Some(n)) => (d.to_path_buf(), cname(n)),
+                _ => continue,
+            };
+            if group.as_ref().is_some_and(|g| g.dir != parent_path) {
+                walk.push(group.take().expect("checked"));
+            }
+            let parent = match group.take() {
+                Some(g) => g,
+                None => {
+                    let opened = match rel.parent() {
+                        // The top itself: from its parent, symlinks refused all the way.
+                        None => crate::beneath::open_dir_nofollow(&parent_path),
+                        Some(r) => crate::beneath::open_dir_beneath(top.as_raw_fd(), r),
+                    };
+                    match opened {
+                        Ok(fd) => Group {
+                            dir: parent_path.clone(),
+                            fd,
+                            names: Vec::new(),
+                        },
+                        Err(e) if gone(&e) => continue,
+                        Err(e) => {
+                            walk.err(&p, "open directory (symlinks are not followed)", e);
+                            continue;
+                        }
                     }
-                    continue;
                 }
-                let Some(dir) = self.dirs.get(&ev.wd) else {
-                    continue;
+            };
+            let new_dir = !self.watched.contains(&p)
+                && stat_at(parent.fd.as_raw_fd(), &name).is_ok_and(|st| is_dir(&st));
+            if new_dir {
+                // The group so far, then the new directory with everything below it.
+                let fd = match nix::unistd::dup(parent.fd.as_raw_fd()) {
+                    // SAFETY: dup returned a new descriptor that nothing else owns.
+                    Ok(fd) => unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) },
+                    Err(e) => {
+                        walk.err(&p, "dup", e.into());
+                        continue;
+                    }
                 };
-                let p = match &ev.name {
-                    Some(n) if !n.is_empty() => dir.join(n),
-                    _ => dir.clone(),
-                };
-                self.dirty.insert(p);
+                walk.push(parent);
+                walk.entry(fd, &parent_path, name);
+            } else {
+                let mut g = parent;
+                g.names.push(name);
+                group = Some(g);
             }
+        }
+        if let Some(g) = group {
+            walk.push(g);
         }
     }
 
@@ -476,64 +706,55 @@ impl Tracker {
             return Report::default();
         }
         self.drain();
-        let mut report = Report::default();
-        let mut entries = Vec::new();
-        let mut found_dirs = Vec::new();
         let full = self
             .last_full
             .is_none_or(|t| t.elapsed() >= FULL_SCAN_EVERY);
-        if full {
-            report.full_scan = true;
+        let dirty = if full {
             self.last_full = Some(std::time::Instant::now());
             self.dirty.clear();
             self.pending_dirs.clear();
-            let top = self.top.clone();
-            walk(&top, &self.exclude, &mut entries, &mut report, &mut |d| {
-                found_dirs.push(d.to_path_buf())
-            });
+            None
         } else {
-            for p in std::mem::take(&mut self.dirty) {
-                if excluded(&self.exclude, &p) {
-                    continue;
-                }
-                let new_dir = fs::symlink_metadata(&p).is_ok_and(|m| m.is_dir())
-                    && !self.watched.contains(&p);
-                if new_dir {
-                    walk(&p, &self.exclude, &mut entries, &mut report, &mut |d| {
-                        found_dirs.push(d.to_path_buf())
-                    });
-                } else {
-                    group_of(&mut entries, &p);
-                }
-            }
-        }
-        self.pending_dirs.extend(found_dirs);
-        let target = self.target.clone();
-        let (r, differ) = if dry_run || !self.pending_dirs.is_empty() {
-            // Not yet watched where this scan found the entries: writes raise no events. A
-            // change someone makes meanwhile to an entry the scan already passed is caught by
-            // the next full scan.
-            // Paths are only needed to carry a dry run's findings to the apply.
-            check_entries(&entries, &target, dry_run, dry_run)
-        } else {
-            // Watched: our writes raise an event each. Read them while the workers write, so
-            // the queue (fs.inotify.max_queued_events) cannot overflow on a large relabel.
-            std::thread::scope(|s| {
-                let worker = s.spawn(|| check_entries(&entries, &target, false, true));
-                while !worker.is_finished() {
-                    self.drain();
-                    std::thread::sleep(std::time::Duration::from_millis(2));
-                }
-                worker.join().expect("relabel worker")
-            })
+            Some(std::mem::take(&mut self.dirty))
         };
-        report.merge(r);
+        let target = self.target.clone();
+        let (mut found_dirs, mut differ, mut events) = (Vec::new(), Vec::new(), Vec::new());
+        let mut report = {
+            let ino = &self.ino;
+            let mut on_dir = |d: &Path| found_dirs.push(d.to_path_buf());
+            let mut sink = |batch: Vec<Group>, report: &mut Report| {
+                // Where the entries are watched our writes raise an event each: read them while
+                // the workers write, so the queue (fs.inotify.max_queued_events) cannot
+                // overflow on a large relabel. Paths that differ are collected: a dry run's
+                // findings go to the apply, an apply's own events are not changes.
+                let (r, d) = std::thread::scope(|s| {
+                    let worker = s.spawn(|| check_entries(&batch, &target, dry_run, true));
+                    while !dry_run && !worker.is_finished() {
+                        read_queue(ino, &mut events);
+                        std::thread::sleep(std::time::Duration::from_millis(2));
+                    }
+                    worker.join().expect("relabel worker")
+                });
+                report.merge(r);
+                differ.extend(d);
+            };
+            let mut walk = Walk::new(&self.exclude, &mut on_dir, &mut sink);
+            match dirty {
+                None => walk.tree(&self.top),
+                Some(d) => self.walk_dirty(&mut walk, d),
+            }
+            walk.finish()
+        };
+        report.full_scan = full;
+        self.absorb(events);
+        self.pending_dirs.extend(found_dirs);
         let differ: BTreeSet<PathBuf> = differ.into_iter().collect();
         if dry_run && !differ.is_empty() {
             // Still to be written by the apply that follows.
             self.dirty.extend(differ);
         } else {
-            // (A dry run that found nothing to write is not followed by an apply: watch now.)
+            // Watched once their labels are written (a dry run that found nothing to write is
+            // not followed by an apply: watch now).
             for d in std::mem::take(&mut self.pending_dirs) {
                 self.watch(&d);
             }
@@ -547,5 +768,102 @@ impl Tracker {
             self.dirty.insert(e.path.clone());
         }
         report
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{HostSelinux, Mode};
+
+    const SHARED: &str = "system_u:object_r:container_file_t:s0";
+    const HOST: &str = "system_u:object_r:etc_t:s0";
+
+    fn labeler() -> Labeler {
+        Labeler::new(
+            Path::new("/"),
+            &HostSelinux {
+                mode: Mode::Enforcing,
+                mls: true,
+                policy: None,
+            },
+        )
+    }
+
+    fn label(p: &Path) -> String {
+        stored_label(p).unwrap().unwrap_or_default()
+    }
+
+    /// A tree and a directory outside it holding "host files", labeled: (tempdir, tree, outside).
+    fn setup() -> (tempfile::TempDir, PathBuf, PathBuf) {
+        let d = tempfile::tempdir().unwrap();
+        let tree = d.path().join("tree");
+        let outside = d.path().join("outside");
+        fs_create(&tree.join("sub/deeper"));
+        fs_create(&outside);
+        for f in [tree.join("sub/a"), tree.join("sub/deeper/b")] {
+            std::fs::write(&f, "x").unwrap();
+        }
+        for f in ["shadow", "newfile"] {
+            std::fs::write(outside.join(f), "secret").unwrap();
+        }
+        for p in [&outside, &outside.join("shadow"), &outside.join("newfile")] {
+            set_stored_label(p, HOST).expect("security.selinux xattrs (the tests run as root)");
+        }
+        (d, tree, outside)
+    }
+
+    fn fs_create(p: &Path) {
+        std::fs::create_dir_all(p).unwrap();
+    }
+
+    fn outside_labels(outside: &Path) -> Vec<String> {
+        ["", "shadow", "newfile"]
+            .iter()
+            .map(|f| label(&outside.join(f)))
+            .collect()
+    }
+
+    #[test]
+    fn a_directory_swapped_for_a_symlink_never_leads_a_check_outside_the_tree() {
+        let (_d, tree, outside) = setup();
+        let target = Context::shared_container_file();
+        let mut t = Tracker::new(&tree, &target).unwrap();
+        let r = t.check(&labeler(), false);
+        assert!(r.full_scan && r.errors.is_empty(), "{r:?}");
+        assert_eq!(label(&tree.join("sub/deeper/b")), SHARED);
+        // Someone who may write in the tree moves a watched directory away and puts a symlink
+        // to the host's files in its place, then writes in the moved directory: its watch
+        // still reports the old path, tree/sub/newfile, which now leads through the symlink.
+        std::fs::rename(tree.join("sub"), tree.join("moved")).unwrap();
+        std::os::unix::fs::symlink(&outside, tree.join("sub")).unwrap();
+        std::fs::write(tree.join("moved/newfile"), "y").unwrap();
+        let r = t.check(&labeler(), false);
+        assert!(!r.full_scan, "{r:?}");
+        assert_eq!(outside_labels(&outside), [HOST, HOST, HOST], "{r:?}");
+        // The symlink is labeled itself, the moved directory's new file too (a full scan).
+        assert_eq!(label(&tree.join("sub")), SHARED);
+        let mut fresh = Tracker::new(&tree, &target).unwrap();
+        let r = fresh.check(&labeler(), false);
+        assert!(r.errors.is_empty(), "{r:?}");
+        assert_eq!(label(&tree.join("moved/newfile")), SHARED);
+        assert_eq!(outside_labels(&outside), [HOST, HOST, HOST]);
+        // A one-shot relabel of the tree does not enter the symlink either.
+        relabel_tree(&labeler(), &tree, &target, false);
+        assert_eq!(outside_labels(&outside), [HOST, HOST, HOST]);
+    }
+
+    #[test]
+    fn a_tree_whose_top_is_a_symlink_is_not_entered() {
+        let (d, _tree, outside) = setup();
+        let link = d.path().join("linked-tree");
+        std::os::unix::fs::symlink(&outside, &link).unwrap();
+        let target = Context::shared_container_file();
+        let r = relabel_tree(&labeler(), &link.join("shadow"), &target, false);
+        assert_eq!(r.changed, 0, "{r:?}");
+        assert_eq!(r.errors.len(), 1, "{r:?}");
+        let mut t = Tracker::new(&link, &target).unwrap();
+        t.check(&labeler(), false);
+        assert_eq!(outside_labels(&outside), [HOST, HOST, HOST]);
     }
 }
