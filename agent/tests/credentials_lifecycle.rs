@@ -320,7 +320,8 @@ async fn a_certificate_the_server_stops_accepting_is_replaced_at_the_next_check(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rotation_uses_a_fresh_key_and_a_refused_certificate_falls_back_to_bootstrap() {
-    // 6 s (+5 s backdating): rotation at 70-90% of 11 s, i.e. 2.7-4.9 s after issuance.
+    // 6 s (+5 s backdating): nodectld renews at 92-96% of 11 s, i.e. 5.1-5.6 s after issuance
+    // (kubelet, which would rotate first at 70-90%, does not run here).
     let api = Double::start(Options {
         signing_duration: Duration::from_secs(6),
         ..Default::default()
@@ -340,7 +341,7 @@ async fn rotation_uses_a_fresh_key_and_a_refused_certificate_falls_back_to_boots
         .duration_since(first.validity.not_before)
         .unwrap();
     assert!(
-        at >= total.mul_f64(0.7) && at < total.mul_f64(0.9),
+        at >= total.mul_f64(0.92) && at < total.mul_f64(0.96),
         "{at:?} of {total:?}"
     );
     let before = node.calls();
@@ -490,4 +491,82 @@ async fn a_controller_pass_never_waits_for_the_api() {
     assert!(node
         .env()
         .contains("--kubeconfig=/var/lib/kubelet/kubeconfig"));
+}
+
+/// A PEM block from a kubeconfig's base64 `*-data` field.
+fn kubeconfig_data(kubeconfig: &str, field: &str) -> String {
+    use base64::Engine as _;
+    let b64 = kubeconfig
+        .lines()
+        .find_map(|l| l.trim().strip_prefix(&format!("{field}: ")))
+        .unwrap();
+    String::from_utf8(
+        base64::engine::general_purpose::STANDARD
+            .decode(b64)
+            .unwrap(),
+    )
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubelets_own_rotation_in_the_seeded_store_is_adopted_without_a_request_or_restart() {
+    let api = Double::start(Options {
+        signing_duration: Duration::from_secs(3600),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let node = Node::worker(&api);
+    node.pass(false).await;
+    let first = node.held();
+    let restarts = node.calls()["restart"].as_u64().unwrap_or(0);
+    // kubelet (rotateCertificates: true) rotates in the same store, as client-go's fileStore
+    // does (util/certificate/certificate_store.go Update): the chain and key in a new
+    // timestamped file, then a `kubelet-client-updated.pem` link renamed over the current one.
+    let kc = api
+        .client_kubeconfig("system:node:worker-1", &["system:nodes"])
+        .unwrap();
+    let pki = node.root.path("/var/lib/kubelet/pki");
+    let file = "/var/lib/kubelet/pki/kubelet-client-2099-01-01-00-00-00.pem";
+    std::fs::write(
+        node.root.path(file),
+        kubeconfig_data(&kc, "client-certificate-data") + &kubeconfig_data(&kc, "client-key-data"),
+    )
+    .unwrap();
+    std::os::unix::fs::symlink(file, pki.join("kubelet-client-updated.pem")).unwrap();
+    std::fs::rename(
+        pki.join("kubelet-client-updated.pem"),
+        pki.join("kubelet-client-current.pem"),
+    )
+    .unwrap();
+
+    let r = node.pass(false).await;
+    let st = step(&r, "kubelet-credentials");
+    assert_ne!(st.name(), "failed", "{st:?}");
+    let second = node.held();
+    assert!(
+        second.validity.not_after > first.validity.not_after + Duration::from_secs(3600),
+        "nodectld reads the certificate kubelet rotated to: {first:?} {second:?}"
+    );
+    // ...and neither requests one of its own nor restarts kubelet (kubelet loaded it itself).
+    assert_eq!(requesters(&api), ["system:bootstrap:abcdef"]);
+    assert_eq!(node.calls()["restart"].as_u64().unwrap_or(0), restarts);
+    assert_eq!(
+        std::fs::read_link(pki.join("kubelet-client-current.pem")).unwrap(),
+        Path::new(file)
+    );
+    // The kubeconfig kubelet runs with still names the current link (nothing to rewrite).
+    let kubeconfig =
+        std::fs::read_to_string(node.root.path("/var/lib/kubelet/kubeconfig")).unwrap();
+    assert!(
+        kubeconfig.contains("client-certificate: /var/lib/kubelet/pki/kubelet-client-current.pem"),
+        "{kubeconfig}"
+    );
+    // nodectld's own renewal comes only after kubelet's window (70-90%) has passed.
+    let lifetime = second
+        .validity
+        .not_after
+        .duration_since(second.validity.not_before)
+        .unwrap();
+    assert!(second.rotate_at >= second.validity.not_before + lifetime.mul_f64(0.92));
 }

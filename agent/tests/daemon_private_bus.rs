@@ -231,6 +231,56 @@ async fn daemon_serves_status_and_wakes_on_events() {
     .await;
     std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
 
+    // kubelet rotates the certificate itself (rotateCertificates: true) in the store nodectld
+    // seeded, as client-go's fileStore.Update does: a new timestamped file, then a
+    // `kubelet-client-updated.pem` link renamed over `kubelet-client-current.pem`. The daemon
+    // notices the new link at once (status shows the new certificate) and asks for nothing.
+    let passes = status(&bus).await.unwrap()["daemon"]["passes"]
+        .as_u64()
+        .unwrap();
+    let kc = api
+        .client_kubeconfig("system:node:w1", &["system:nodes"])
+        .unwrap();
+    let data = |field: &str| {
+        use base64::Engine as _;
+        let b64 = kc
+            .lines()
+            .find_map(|l| l.trim().strip_prefix(&format!("{field}: ")))
+            .unwrap();
+        base64::engine::general_purpose::STANDARD
+            .decode(b64)
+            .unwrap()
+    };
+    let pki = root.join("var/lib/kubelet/pki");
+    let rotated = [data("client-certificate-data"), data("client-key-data")].concat();
+    std::fs::write(pki.join("kubelet-client-2099-01-01-00-00-00.pem"), rotated).unwrap();
+    std::os::unix::fs::symlink(
+        "/var/lib/kubelet/pki/kubelet-client-2099-01-01-00-00-00.pem",
+        pki.join("kubelet-client-updated.pem"),
+    )
+    .unwrap();
+    std::fs::rename(
+        pki.join("kubelet-client-updated.pem"),
+        pki.join("kubelet-client-current.pem"),
+    )
+    .unwrap();
+    let v = until(
+        &bus,
+        "status shows the certificate kubelet rotated to",
+        |v| {
+            v["credentials"]["expires_in_s"]
+                .as_i64()
+                .is_some_and(|s| s <= 24 * 3600)
+        },
+    )
+    .await;
+    assert_eq!(
+        v["daemon"]["last_pass"]["trigger"], "credential-change",
+        "{v:#}"
+    );
+    assert!(v["daemon"]["passes"].as_u64().unwrap() > passes);
+    assert_eq!(api.csrs().len(), 1, "nodectld requested nothing");
+
     // A broken config fragment: the daemon reports it (file and key) and keeps running.
     std::fs::write(
         root.join("etc/nodectl/config.d/20-bad.toml"),

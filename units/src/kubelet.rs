@@ -459,7 +459,7 @@ clusterDNS:
   - {dns}
 clusterDomain: {domain}
 healthzPort: 0
-rotateCertificates: false
+rotateCertificates: {rotate}
 seccompDefault: {seccomp}
 serializeImagePulls: false
 shutdownGracePeriod: 45s
@@ -474,6 +474,11 @@ volumePluginDir: /var/lib/kubelet/volumeplugins
             domain = self.cluster_domain,
             seccomp = self.seccomp_default,
             webhook = !self.standalone,
+            // kubelet rotates its client certificate in the store nodectld seeded (same
+            // layout: /var/lib/kubelet/pki/kubelet-client-current.pem), so the node stays Ready
+            // while nodectld is down; nodectld renews only if kubelet has not, later in the
+            // certificate's life. Without an API client (standalone) there is nothing to rotate.
+            rotate = !self.standalone,
             authz = if self.standalone {
                 "AlwaysAllow"
             } else {
@@ -513,6 +518,7 @@ mod config_tests {
         assert!(
             sa.contains("  webhook:\n    enabled: false\n") && sa.contains("mode: AlwaysAllow")
         );
+        assert!(sa.contains("rotateCertificates: false"), "{sa}");
         assert!(sa.contains("anonymous:\n    enabled: false"));
         for want in [
             "kind: KubeletConfiguration",
@@ -520,8 +526,8 @@ mod config_tests {
             "clusterDNS:\n  - 10.3.0.10\n",
             "seccompDefault: true",
             "clientCAFile: /etc/kubernetes/ca.crt",
-            // nodectld rotates the client certificate.
-            "rotateCertificates: false",
+            // kubelet rotates the client certificate nodectld seeded.
+            "rotateCertificates: true",
             "shutdownGracePeriod: 45s",
         ] {
             assert!(y.contains(want), "{want:?} missing:\n{y}");

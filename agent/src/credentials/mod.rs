@@ -7,8 +7,14 @@
 //! - `kubelet-client-current.pem`: a symlink to the newest, switched atomically (a new link
 //!   renamed over the old one).
 //!
-//! Plus the certificate's validity, and when to rotate: at a jittered 70–90% of its lifetime, as
-//! kubelet's certificate manager does.
+//! This is the layout of kubelet's own certificate manager (client-go
+//! `util/certificate/certificate_store.go` fileStore: `Current` reads the `current` link,
+//! `Update` writes a timestamped file and renames a new link over it), so kubelet, started with
+//! `rotateCertificates: true`, rotates in the store nodectld seeded and nodectld reads what
+//! kubelet wrote.
+//!
+//! Plus the certificate's validity, and when nodectld renews: at a jittered 92–96% of its
+//! lifetime, after kubelet's own window (70–90%): only when kubelet has not.
 
 pub mod bootstrap;
 pub mod check;

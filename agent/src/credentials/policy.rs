@@ -89,12 +89,13 @@ mod tests {
             need(None, "n1", false, at(1500)),
             Need::Bootstrap(_)
         ));
-        // 70-90% with jitter 0.5: 80% = 1800.
+        // 92-96% with jitter 0.5: 94% = 1940 (kubelet's own rotation is due by 90%).
         assert!(matches!(
-            need(Some(&h), "n1", false, at(1800)),
+            need(Some(&h), "n1", false, at(1940)),
             Need::Rotate(_)
         ));
-        assert_eq!(need(Some(&h), "n1", false, at(1799)), Need::Nothing);
+        assert_eq!(need(Some(&h), "n1", false, at(1939)), Need::Nothing);
+        assert_eq!(need(Some(&h), "n1", false, at(1900)), Need::Nothing);
         let Need::Bootstrap(why) = need(Some(&h), "n1", false, at(2000)) else {
             panic!()
         };

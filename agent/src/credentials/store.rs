@@ -11,6 +11,12 @@ use crate::fsio::{DirSpec, FileSpec, Writer};
 
 use super::{CERT_DIR, CURRENT, PENDING_KEY};
 
+/// nodectld's renewal window, as fractions of the certificate's lifetime: from 92%, over 4%
+/// (after kubelet's own 70-90%).
+pub(crate) const RENEW_FROM: f64 = 0.92;
+/// See [`RENEW_FROM`].
+pub(crate) const RENEW_SPAN: f64 = 0.04;
+
 /// When a certificate is valid.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Validity {
@@ -43,14 +49,17 @@ pub(crate) fn validity(chain_pem: &[u8]) -> anyhow::Result<Validity> {
 }
 
 impl Validity {
-    /// When to rotate: `not_before` plus `fraction` of the lifetime, with `fraction` drawn by the
-    /// caller in [0.7, 0.9) (kubelet: `wait.Jitter(total, 0.2) - 0.3*total`).
+    /// When nodectld renews: `not_before` plus `fraction` of the lifetime, with `fraction` drawn
+    /// by the caller in [0.92, 0.96). kubelet itself rotates at [0.7, 0.9)
+    /// (k8s.io/client-go/util/certificate/certificate_manager.go `nextRotationDeadline`:
+    /// `wait.Jitter(total*0.7, 0.2/0.7)`-like, 70-90%) in the same store, so nodectld renews only
+    /// when kubelet has not (kubelet down, its request not approved), still hours before expiry.
     pub fn rotation_deadline(&self, jitter01: f64) -> SystemTime {
         let total = self
             .not_after
             .duration_since(self.not_before)
             .unwrap_or_default();
-        let fraction = 0.7 + 0.2 * jitter01.clamp(0.0, 0.999_999);
+        let fraction = RENEW_FROM + RENEW_SPAN * jitter01.clamp(0.0, 0.999_999);
         self.not_before + total.mul_f64(fraction)
     }
 
@@ -177,7 +186,7 @@ mod tests {
     }
 
     #[test]
-    fn validity_and_rotation_between_70_and_90_percent() {
+    fn validity_and_renewal_between_92_and_96_percent_after_kubelets_window() {
         let (pem, _) = cert_pem(3); // Typhoon signs for 72h
         let v = validity(pem.as_bytes()).unwrap();
         let total = v.not_after.duration_since(v.not_before).unwrap();
@@ -185,7 +194,8 @@ mod tests {
         for j in [0.0, 0.5, 0.999] {
             let at = v.rotation_deadline(j).duration_since(v.not_before).unwrap();
             assert!(
-                at >= total.mul_f64(0.7) && at < total.mul_f64(0.9),
+                // kubelet's own rotation window ends at 90%.
+                at >= total.mul_f64(0.92) && at < total.mul_f64(0.96),
                 "{j}: {at:?}"
             );
         }

@@ -93,6 +93,10 @@ impl Watcher {
             let pki = Path::new(crate::credentials::CERT_DIR);
             if root.path(pki).is_dir() {
                 want.push((root.path(pki), Interest::Altered(None, cred)));
+                // kubelet's own rotation renames a new `current` link in (client-go
+                // certificate_store.go updateSymlink): status and the renewal time follow it.
+                let current = crate::credentials::CURRENT.into();
+                want.push((root.path(pki), Interest::Entry(current, cred)));
             }
         }
         let flags = AddWatchFlags::IN_CREATE

@@ -80,7 +80,7 @@ pub struct Credentials {
     /// RFC 3339, UTC.
     pub not_before: String,
     pub not_after: String,
-    /// When nodectld renews it (jittered 70-90% of its lifetime).
+    /// When nodectld renews it if kubelet has not (jittered 92-96% of its lifetime).
     pub rotate_at: String,
     /// Seconds until expiry (negative: expired).
     pub expires_in_s: i64,

@@ -1,7 +1,7 @@
 //! The `kubelet-credentials` step: the node's own client certificate, requested with the
 //! bootstrap token when the node has none (or it expired, or the server refuses it), renewed
-//! with the node's certificate and a fresh key at a jittered 70-90% of its lifetime, and the
-//! node kubeconfig kubelet uses.
+//! with the node's certificate and a fresh key at a jittered 92-96% of its lifetime when kubelet
+//! (which rotates at 70-90% in the same store) has not, and the node kubeconfig kubelet uses.
 //!
 //! Requests run in the background: a pass starts one, waits a moment for it (an auto-approved
 //! request finishes within the pass), and otherwise reports what it waits for; the request
