@@ -45,6 +45,7 @@ if [[ " $TIERS " == *" 2 "* || " $TIERS " == *" 3 "* ]]; then
   strip -o "$stage/systemd_live" "$live"
   strip -o "$stage/label-observer" target/debug/label-observer
   strip -o "$stage/relabel-bench" target/debug/relabel-bench
+  strip -o "$stage/sock-listen" target/debug/sock-listen
   strip -o "$stage/nodectl-apiserver-double" target/debug/nodectl-apiserver-double
   cp tests/lib/check.sh tests/vm/suites/*.sh packaging/systemd/nodectld.service \
      packaging/dbus/org.nodectl.Agent1.conf docs/examples/worker.toml docs/examples/controller.toml \
@@ -67,7 +68,7 @@ if [[ " $TIERS " == *" 3 "* ]]; then
   start=$SECONDS
   # One boot for every VM suite (a boot costs ~20 s under TCG). A hung boot is retried by
   # run-in-vm.sh (VM-BOOT-RETRY lines); the summary counts the retries.
-  VM_TIMEOUT=1500 tests/vm/run-in-vm.sh tests/vm/suites/all.sh "$stage"/* -- node.sh secrets.sh kubelet.sh \
+  VM_TIMEOUT=1500 tests/vm/run-in-vm.sh tests/vm/suites/all.sh "$stage"/* -- node.sh secrets.sh kubelet.sh controller.sh \
     2> >(tee "$stage/vm.stderr" >&2)
   record 3 $?
   # The harness itself: a hung boot is caught within its bound and retried; a failed suite is not.

@@ -116,7 +116,7 @@ fn a_clean_worker_has_no_findings() {
     assert_eq!(ids(&out), Vec::<String>::new(), "{out}{err}");
     assert_eq!(rc, 0);
     let (_, human, _) = nodectl(r, &["audit"]);
-    assert!(human.starts_with("No findings (12 checks)."), "{human}");
+    assert!(human.starts_with("No findings (13 checks)."), "{human}");
 }
 
 #[test]
@@ -339,6 +339,80 @@ fn a_typhoon_controller_is_fixed_without_locking_out_its_control_plane() {
         ("etc/kubernetes/pki", 0o700),
         ("etc/kubernetes/pki/apiserver.key", 0o600),
         ("etc/kubernetes/pki/admin.conf", 0o600),
+    ] {
+        let m = std::fs::metadata(r.join(p)).unwrap();
+        assert_eq!(
+            (m.uid(), m.gid(), m.mode() & 0o777),
+            (65534, 65534, mode),
+            "{p}: {err}"
+        );
+    }
+    let (rc, out, _) = nodectl(r, &["audit", "--json"]);
+    assert_eq!(ids(&out), Vec::<String>::new(), "{out}");
+    assert_eq!(rc, 0);
+}
+
+/// nodectl's controller layout before issue 13 (keys and kubeconfigs root's, 0600 in a 0700
+/// directory) locks the control plane's static pods (uid 65534) out: the audit says so, and
+/// `--fix` gives them to that uid without opening them to anyone else.
+#[test]
+fn a_control_plane_locked_out_of_its_keys_is_reported_and_fixed() {
+    use std::os::unix::fs::MetadataExt;
+    let d = node("[node]\nrole = \"controller\"\nname = \"controller-0\"\n");
+    let r = d.path();
+    put(
+        r,
+        "/etc/kubernetes/pki/apiserver.key",
+        b"-----BEGIN EC PRIVATE KEY-----\nMHc=\n-----END EC PRIVATE KEY-----\n",
+        0o600,
+    );
+    put(
+        r,
+        "/etc/kubernetes/pki/scheduler.conf",
+        b"users:\n- user:\n    client-key-data: abc\n",
+        0o600,
+    );
+    chmod(r, "/etc/kubernetes/pki", 0o700);
+    let (rc, out, err) = nodectl(r, &["audit", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let found: Vec<(String, String)> = v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            (
+                f["id"].as_str().unwrap().to_string(),
+                f["path"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        found,
+        [
+            (
+                "control-plane-key-owner".to_string(),
+                "/etc/kubernetes/pki".to_string()
+            ),
+            (
+                "control-plane-key-owner".to_string(),
+                "/etc/kubernetes/pki/apiserver.key".to_string()
+            ),
+            (
+                "control-plane-key-owner".to_string(),
+                "/etc/kubernetes/pki/scheduler.conf".to_string()
+            ),
+        ],
+        "{out}{err}"
+    );
+    assert_eq!(rc, 3);
+    if !nix::unistd::geteuid().is_root() {
+        return; // chown needs root (CI runs as root)
+    }
+    let (_, _, err) = nodectl(r, &["audit", "--fix"]);
+    for (p, mode) in [
+        ("etc/kubernetes/pki", 0o700),
+        ("etc/kubernetes/pki/apiserver.key", 0o600),
+        ("etc/kubernetes/pki/scheduler.conf", 0o600),
     ] {
         let m = std::fs::metadata(r.join(p)).unwrap();
         assert_eq!(

@@ -181,3 +181,125 @@ fn without_the_env_files_config_kubelet_gets_the_secure_one() {
         "{out}"
     );
 }
+
+/// The stand-in's static pods, as it would run them (`KUBELET_STANDIN_DRY_RUN=1`: the podman
+/// commands, not run): (stdout, stderr).
+fn static_pods_plan(manifests: &Path) -> (String, String) {
+    let d = tempfile::tempdir().unwrap();
+    let config = d.path().join("kubelet.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "kind: KubeletConfiguration\nstaticPodPath: {}\n",
+            manifests.display()
+        ),
+    )
+    .unwrap();
+    let o = Command::new("sh")
+        .arg("-c")
+        .arg(". \"$1\"; static_pods \"$2\"")
+        .arg("sh")
+        .arg(repo().join("tests/kubelet-standin/static-pods"))
+        .arg(&config)
+        .env("KUBELET_STANDIN_DRY_RUN", "1")
+        .output()
+        .unwrap();
+    (
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn the_standin_runs_the_control_plane_manifests_as_they_ask() {
+    let (out, cmds) = static_pods_plan(&repo().join("tests/kubelet-standin/fixtures"));
+    for pod in [
+        "kube-apiserver",
+        "kube-controller-manager",
+        "kube-scheduler",
+    ] {
+        assert!(
+            out.contains(&format!("static pod {pod}/{pod}: started as uid 65534")),
+            "{out}\n{cmds}"
+        );
+    }
+    let run = |pod: &str| {
+        cmds.lines()
+            .find(|l| l.starts_with("podman run") && l.contains(&format!("k8s_{pod}_{pod}_")))
+            .unwrap_or_else(|| panic!("{pod}: {cmds}"))
+            .to_string()
+    };
+    let api = run("kube-apiserver");
+    assert!(api.contains("--user 65534 "), "{api}");
+    assert!(
+        api.contains("-v /etc/kubernetes/pki:/etc/kubernetes/pki:ro"),
+        "{api}"
+    );
+    assert!(api.contains("--network host"), "{api}");
+    assert!(
+        !api.contains("--privileged") && !api.contains("label="),
+        "{api}"
+    );
+    assert!(
+        api.contains(
+            "STANDIN_FILES=/etc/kubernetes/pki/ca.crt /etc/kubernetes/pki/etcd-client-ca.crt"
+        ),
+        "{api}"
+    );
+    assert!(api.contains("/etc/kubernetes/pki/apiserver.key"), "{api}");
+    let sched = run("kube-scheduler");
+    assert!(
+        sched.contains(
+            "-v /etc/kubernetes/pki/scheduler.conf:/etc/kubernetes/pki/scheduler.conf:ro"
+        ),
+        "{sched}"
+    );
+    // DirectoryOrCreate: created by the runtime when missing.
+    assert!(
+        cmds.contains("mkdir -p /var/lib/kubelet/volumeplugins"),
+        "{cmds}"
+    );
+}
+
+#[test]
+fn the_standin_refuses_run_as_non_root_without_a_uid_and_reads_security_contexts() {
+    let d = tempfile::tempdir().unwrap();
+    std::fs::write(
+        d.path().join("a.yaml"),
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: rootish\nspec:\n  securityContext:\n    runAsNonRoot: true\n  containers:\n  - name: c\n    image: x\n    command: [\"x\", \"--kubeconfig=/etc/k.conf\"]\n",
+    )
+    .unwrap();
+    std::fs::write(
+        d.path().join("b.yaml"),
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: grouped\nspec:\n  securityContext:\n    runAsUser: 1000\n    runAsGroup: 3000\n    supplementalGroups: [4000, 5000]\n  containers:\n  - name: one\n    image: x\n    args:\n    - --tls-private-key-file=/k/key\n    volumeMounts:\n    - name: k\n      mountPath: /k\n  - name: two\n    image: x\n    securityContext:\n      runAsUser: 2000\n  volumes:\n  - name: k\n    hostPath:\n      path: /srv/k\n",
+    )
+    .unwrap();
+    std::fs::write(d.path().join(".hidden.yaml"), "not: a pod\n").unwrap();
+    let (out, cmds) = static_pods_plan(d.path());
+    assert!(
+        cmds.contains("rootish/c: container has runAsNonRoot and image will run as root"),
+        "{cmds}"
+    );
+    assert!(!cmds.contains("run -d --name k8s_c_rootish"), "{cmds}");
+    let one = cmds
+        .lines()
+        .find(|l| l.starts_with("podman run") && l.contains("k8s_one_grouped"))
+        .unwrap();
+    assert!(
+        one.contains("--user 1000:3000 --group-add 4000 --group-add 5000"),
+        "{one}"
+    );
+    assert!(
+        one.contains("-v /srv/k:/k ") && one.contains("STANDIN_FILES=/k/key"),
+        "{one}"
+    );
+    let two = cmds
+        .lines()
+        .find(|l| l.starts_with("podman run") && l.contains("k8s_two_grouped"))
+        .unwrap();
+    assert!(two.contains("--user 2000:3000"), "{two}");
+    assert!(
+        !out.contains("hidden") && !cmds.contains("hidden"),
+        "{out}{cmds}"
+    );
+}

@@ -8,7 +8,7 @@ img=$(mktemp -d)
 mkdir -p "$img/bin" "$img/tmp"
 cp /bin/busybox "$img/bin/busybox"
 for a in $(/bin/busybox --list); do [ "$a" = busybox ] || ln -sf busybox "$img/bin/$a"; done
-install -m 0755 "$here/kubelet" "$img/kubelet"
+install -m 0755 "$here/kubelet" "$here/static-pods" "$img/"
 tar -C "$img" -cf "$img.tar" .
 podman import -q --change 'ENTRYPOINT ["/kubelet"]' "$img.tar" "$tag" >/dev/null
 rm -rf "$img" "$img.tar"

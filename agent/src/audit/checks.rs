@@ -1,7 +1,7 @@
 //! The checks, pure over a [`Snapshot`]: one function per finding family.
 
 use std::collections::BTreeSet;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use super::snapshot::{Snapshot, APISERVER_MANIFEST, BOOTSTRAP_TOKEN_MANIFEST, ETCD_ENV};
 use super::{finding, Finding, Remedy};
@@ -248,7 +248,7 @@ fn keys(s: &Snapshot, out: &mut Vec<Finding>) {
                 Some(tighten(s, &f.path, 0o600)),
             ));
         }
-        if let Some((parent, m)) = &f.dir {
+        if let Some((parent, m, _)) = &f.dir {
             if m & 0o007 != 0
                 && parent != Path::new("/etc/kubernetes")
                 && dirs_flagged.insert(parent.clone())
@@ -263,6 +263,7 @@ fn keys(s: &Snapshot, out: &mut Vec<Finding>) {
                 ));
             }
         }
+        control_plane_owner(s, f, &mut dirs_flagged, out);
         if let Some(l) = f.label.as_ref().filter(|l| container_readable(l)) {
             out.push(finding(
                 "key-label-container-readable",
@@ -271,6 +272,55 @@ fn keys(s: &Snapshot, out: &mut Vec<Finding>) {
                 format!("{} is labeled {l}", f.path.display()),
                 "give it the policy default label (nodectl audit --fix does; nodectld keeps it so)",
                 Some(Remedy::Relabel),
+            ));
+        }
+    }
+}
+
+/// On a controller, a key or kubeconfig in `/etc/kubernetes/pki` (or that directory) owned by
+/// another uid than the control plane's static pods (65534) with no group or other access: the
+/// control plane cannot read it (nodectl's layout before, or a hand-made `chown root`).
+fn control_plane_owner(
+    s: &Snapshot,
+    f: &super::snapshot::KeyFile,
+    dirs_flagged: &mut BTreeSet<PathBuf>,
+    out: &mut Vec<Finding>,
+) {
+    if s.role != Role::Controller || !f.path.starts_with(CONTROL_PLANE_PKI) {
+        return;
+    }
+    let uid = CONTROL_PLANE_UID;
+    if f.uid != uid && f.mode & 0o077 == 0 {
+        out.push(finding(
+            "control-plane-key-owner",
+            &f.path,
+            "owner",
+            format!(
+                "{} is owned by uid {} ({:04o}): the control plane's static pods (uid {uid}) cannot read it",
+                f.path.display(),
+                f.uid,
+                f.mode
+            ),
+            "chown 65534:65534, mode 0600 (nodectl audit --fix does)",
+            Some(tighten(s, &f.path, 0o600)),
+        ));
+    }
+    if let Some((parent, m, owner)) = &f.dir {
+        if *owner != uid
+            && m & 0o005 != 0o005
+            && parent.starts_with(CONTROL_PLANE_PKI)
+            && dirs_flagged.insert(parent.clone())
+        {
+            out.push(finding(
+                "control-plane-key-owner",
+                parent,
+                "owner",
+                format!(
+                    "{} is owned by uid {owner} ({m:04o}): the control plane's static pods (uid {uid}) cannot enter it",
+                    parent.display()
+                ),
+                "chown 65534:65534, mode 0700 (nodectl audit --fix does)",
+                Some(tighten(s, parent, 0o700)),
             ));
         }
     }

@@ -74,6 +74,7 @@ pub(crate) const CHECKS: &[(&str, Severity, &str)] = &[
     ("etcd-listens-everywhere", Severity::Medium, "etcd's client URLs listen on every interface, so every node can reach it"),
     ("key-mode", Severity::High, "a private key (or kubeconfig with credentials) readable by group or others"),
     ("key-dir-mode", Severity::Medium, "a directory holding private keys open to others"),
+    ("control-plane-key-owner", Severity::High, "on a controller, a key, kubeconfig or directory in /etc/kubernetes/pki the control plane's static pods (uid 65534) cannot read"),
     ("key-label-container-readable", Severity::High, "a node credential labeled container_file_t: a container with a hostPath mount can read it"),
     ("bootstrap-token-on-disk", Severity::Medium, "the bootstrap token is still on disk although the node holds its own certificate"),
     ("end-of-life-os", Severity::High, "CoreOS Container Linux (end of life: no security updates)"),

@@ -35,8 +35,10 @@ pub(super) const ETCD_ENV: &str = "/etc/etcd/etcd.env";
 pub(super) struct KeyFile {
     pub(super) path: PathBuf,
     pub(super) mode: u32,
-    /// Its directory and that directory's mode.
-    pub(super) dir: Option<(PathBuf, u32)>,
+    /// Its owner.
+    pub(super) uid: u32,
+    /// Its directory, that directory's mode and owner.
+    pub(super) dir: Option<(PathBuf, u32, u32)>,
     /// Its SELinux label, for node credentials only.
     pub(super) label: Option<String>,
 }
@@ -106,10 +108,11 @@ fn has_token(text: &str) -> bool {
     text.lines().any(|l| l.trim_start().starts_with("token:"))
 }
 
-fn mode_of(root: &Root, p: &Path) -> Option<u32> {
+fn mode_and_owner(root: &Root, p: &Path) -> Option<(u32, u32)> {
+    use std::os::unix::fs::MetadataExt as _;
     std::fs::metadata(root.path(p))
         .ok()
-        .map(|m| m.permissions().mode() & 0o777)
+        .map(|m| (m.permissions().mode() & 0o777, m.uid()))
 }
 
 impl Snapshot {
@@ -209,17 +212,18 @@ fn key_files(
             if !has_credentials(&String::from_utf8_lossy(&bytes)) {
                 continue;
             }
-            let Some(mode) = mode_of(root, &f) else {
+            let Some((mode, uid)) = mode_and_owner(root, &f) else {
                 continue;
             };
             let dir = f
                 .parent()
-                .and_then(|p| mode_of(root, p).map(|m| (p.to_path_buf(), m)));
+                .and_then(|p| mode_and_owner(root, p).map(|(m, u)| (p.to_path_buf(), m, u)));
             let node_credential = credential_paths.iter().any(|c| f.starts_with(c));
             let label = if node_credential { label_of(&f) } else { None };
             out.push(KeyFile {
                 path: f,
                 mode,
+                uid,
                 dir,
                 label,
             });

@@ -442,6 +442,28 @@ mod tests {
     }
 
     #[test]
+    fn no_relabel_tree_holds_or_is_inside_var_lib_kubelet() {
+        for tree in ["/var/lib/kubelet", "/var/lib/kubelet/pods", "/var", "/"] {
+            let e = settings(
+                &[(
+                    "10.toml",
+                    &format!("[node]\nrole = \"worker\"\n[selinux]\nrelabel = [\"/etc/kubernetes\", \"{tree}\"]\n"),
+                )],
+                &Host::generic(),
+            )
+            .unwrap_err();
+            assert_eq!(e.key, "selinux.relabel", "{tree}");
+            assert!(e.to_string().contains("/var/lib/kubelet"), "{e}");
+        }
+        let s = settings(
+            &[("10.toml", "[node]\nrole = \"worker\"\n[selinux]\nrelabel = [\"/etc/kubernetes\", \"/var/lib/kubelet-other\"]\n")],
+            &Host::generic(),
+        )
+        .unwrap();
+        assert_eq!(s.relabel.len(), 2);
+    }
+
+    #[test]
     fn labels_and_taints_accept_kubernetes_syntax() {
         let s = settings(
             &[("10.toml", "[node]\nrole = \"worker\"\nlabels = [\"example.com/pool=blue\", \"node.kubernetes.io/gpu\"]\ntaints = [\"dedicated=gpu:NoSchedule\", \"spot:PreferNoSchedule\"]\n")],

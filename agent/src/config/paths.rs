@@ -1,7 +1,7 @@
 //! `[network]`, `[secrets]` and `[selinux]`: the CNI provider, the secrets inbox and the trees
 //! kept at the shared container label.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
@@ -49,7 +49,25 @@ pub(crate) fn relabel(f: &SelinuxSection, c: &Check) -> Result<Vec<PathBuf>, Con
         None => Ok(DEFAULT_RELABEL.iter().map(PathBuf::from).collect()),
         Some(list) => list
             .iter()
-            .map(|p| c.abs_path("selinux.relabel", p))
+            .map(|p| {
+                let p = c.abs_path("selinux.relabel", p)?;
+                let kubelet = Path::new(KUBELET_DIR);
+                if p.starts_with(kubelet) || kubelet.starts_with(&p) {
+                    return Err(c.at(
+                        "selinux.relabel",
+                        format!(
+                            "{} would give {KUBELET_DIR} (pods' volumes, the node's credentials) \
+                             a label every container reads; nodectld labels its plugin socket \
+                             directories itself",
+                            p.display()
+                        ),
+                    ));
+                }
+                Ok(p)
+            })
             .collect(),
     }
 }
+
+/// kubelet's root directory, which no relabel tree may contain or be inside.
+const KUBELET_DIR: &str = "/var/lib/kubelet";

@@ -9,6 +9,7 @@ use nodectl_units::kubelet::{self};
 
 use super::fileset::{managed_label, summary, FileSet};
 use super::kubelet::*;
+use super::relabel::Relabel;
 use crate::config::{Network, Role};
 use crate::engine::{Change, Cx, Observation, Step};
 use crate::fsio::{DirSpec, FileSpec};
@@ -92,6 +93,10 @@ impl NodeFiles {
             label: managed_label(cx, Path::new(p)),
             ..DirSpec::new(p, m)
         })
+        .chain(PLUGIN_DIRS.iter().map(|p| DirSpec {
+            label: Some(Relabel::label()),
+            ..DirSpec::new(p, 0o750)
+        }))
         .collect();
         FileSet {
             dirs,
@@ -100,6 +105,19 @@ impl NodeFiles {
         }
     }
 }
+
+/// The directories in `/var/lib/kubelet` where kubelet's plugins (CSI drivers'
+/// node-driver-registrar, device plugins: not privileged, each with its own MCS pair) create
+/// their sockets: shared (`container_file_t:s0`), each directory alone, never the tree, and never
+/// `/var/lib/kubelet` itself (pods' volumes, the node's credentials). kubelet labels the first
+/// two the same way when it starts (pkg/kubelet/kubelet.go `setupDataDirs`,
+/// `config.KubeletPluginsDirSELinuxLabel`), mode 0750; nodectld has them before kubelet's first
+/// start, and `device-plugins/` too, which kubelet leaves at the policy default.
+pub(crate) const PLUGIN_DIRS: [&str; 3] = [
+    "/var/lib/kubelet/plugins_registry",
+    "/var/lib/kubelet/plugins",
+    "/var/lib/kubelet/device-plugins",
+];
 
 impl Step for NodeFiles {
     fn id(&self) -> &'static str {

@@ -64,6 +64,9 @@ pub struct Options {
     pub bootstrap_tokens: Vec<String>,
     pub signing_duration: Duration,
     pub approval: Approval,
+    /// The CA's key (PEM), to serve as the same CA across restarts (its certificate is made
+    /// again from the same key and name, which is what a client's trust anchor holds).
+    pub ca_key_pem: Option<String>,
 }
 
 impl Default for Options {
@@ -72,6 +75,7 @@ impl Default for Options {
             bootstrap_tokens: vec!["abcdef.0123456789abcdef".into()],
             signing_duration: Duration::from_secs(72 * 3600),
             approval: Approval::Auto,
+            ca_key_pem: None,
         }
     }
 }
@@ -170,7 +174,10 @@ impl Double {
 
     /// Starts on `addr` (a port of the caller's choosing, e.g. to come back "up" after a stop).
     pub async fn start_on(addr: SocketAddr, opts: Options) -> anyhow::Result<Double> {
-        let ca_key = rcgen::KeyPair::generate()?;
+        let ca_key = match &opts.ca_key_pem {
+            Some(pem) => rcgen::KeyPair::from_pem(pem)?,
+            None => rcgen::KeyPair::generate()?,
+        };
         let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new())?;
         ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
         ca_params
@@ -457,6 +464,11 @@ impl Double {
     }
 
     /// A bootstrap kubeconfig in Typhoon's form (nameless context, no current-context).
+    /// The CA's key (PEM), for [`Options::ca_key_pem`].
+    pub fn ca_key_pem(&self) -> String {
+        self.inner.ca_key.serialize_pem()
+    }
+
     pub fn bootstrap_kubeconfig(&self, token: &str) -> String {
         let ca = base64::engine::general_purpose::STANDARD.encode(&self.inner.ca_pem);
         format!(

@@ -28,6 +28,10 @@ struct Args {
     /// A Ready Node of this name (repeatable), for reboot coordination.
     #[arg(long = "node")]
     nodes: Vec<String>,
+    /// The CA's key: used when the file exists, written (0600) when not, so a double started
+    /// again is the same CA for the kubeconfigs it wrote before.
+    #[arg(long)]
+    ca_key: Option<std::path::PathBuf>,
     /// Write a bootstrap kubeconfig (first token) here once listening.
     #[arg(long)]
     write_bootstrap_kubeconfig: Option<std::path::PathBuf>,
@@ -53,8 +57,25 @@ async fn main() -> anyhow::Result<()> {
         bootstrap_tokens: args.tokens.clone(),
         signing_duration: Duration::from_secs(args.signing_seconds),
         approval: approval(&args.approval)?,
+        ca_key_pem: match &args.ca_key {
+            Some(p) if p.exists() => {
+                Some(std::fs::read_to_string(p).with_context(|| p.display().to_string())?)
+            }
+            _ => None,
+        },
     };
     let double = Double::start_on(args.listen, opts).await?;
+    if let Some(p) = args.ca_key.as_ref().filter(|p| !p.exists()) {
+        use std::io::Write as _;
+        use std::os::unix::fs::OpenOptionsExt as _;
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(p)
+            .and_then(|mut f| f.write_all(double.ca_key_pem().as_bytes()))
+            .with_context(|| p.display().to_string())?;
+    }
     for n in &args.nodes {
         double.set_node(n, true);
     }

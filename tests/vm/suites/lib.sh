@@ -31,6 +31,18 @@ busybox_image() {
   tar -C /tmp/img -cf /tmp/img.tar . && podman import -q /tmp/img.tar "$1" >/dev/null
 }
 
+# sock_image NAME: busybox plus /sock-listen (tests/testkit) and the libraries it links.
+sock_image() {
+  podman image exists "$1" && return 0
+  rm -rf /tmp/simg && mkdir -p /tmp/simg/bin /tmp/simg/tmp && cp /bin/busybox /tmp/simg/bin/busybox && chmod 1777 /tmp/simg/tmp
+  for a in $(/bin/busybox --list); do [ "$a" = busybox ] || ln -sf busybox "/tmp/simg/bin/$a"; done
+  cp /test/sock-listen /tmp/simg/sock-listen
+  for l in $(ldd /test/sock-listen | grep -o '/[^ ]*'); do
+    mkdir -p "/tmp/simg$(dirname "$l")" && cp -L "$l" "/tmp/simg$l"
+  done
+  tar -C /tmp/simg -cf /tmp/simg.tar . && podman import -q /tmp/simg.tar "$1" >/dev/null
+}
+
 # step_field ID FIELD: a field of one step in `nodectl status --json`.
 step_field() { nodectl status --json | jq -r --arg id "$1" ".steps[] | select(.id == \$id) | .$2"; }
 

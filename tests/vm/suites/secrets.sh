@@ -3,7 +3,8 @@
 #   R1  Typhoon's glue (mv, chcon afterwards) makes a running static pod fail: the bug, reproduced
 #   R2  nodectld places the same secrets into the running pod's directory: read at once, no restart
 #   R3  every file that appears is seen with its final label at first sight (inotify observer)
-#   R4  shared files end at s0; a :Z private pair is put back to s0 by nodectld's relabel
+#   R4  shared files end at s0; a :Z private pair is put back to s0 by nodectld's relabel; a
+#       watched directory swapped for a symlink to /etc leads no pass outside the tree
 #   R5  bad bundles: clear error in status and journal, nothing placed; workers refuse etcd keys
 #   R6  relabel benchmark against chcon -R
 # /test holds: check.sh, lib.sh, nodectld, nodectl, nodectld.service, org.nodectl.Agent1.conf,
@@ -180,6 +181,22 @@ nodectl converge >/dev/null
 check "R4i a symlink in a managed tree gets the label itself" wait_until 15 sh -c "[ \"\$(stat -c %C /etc/kubernetes/pki/passwd-link)\" = $SHARED ]"
 expect "R4i its target keeps its own label" "$(stat -c %C /etc/passwd)" "$passwd_label"
 rm -f /etc/kubernetes/pki/passwd-link
+
+# A process that may write in the tree moves a watched directory away, puts a symlink to /etc in
+# its place and writes in the moved directory: the event names pki/sub/shadow, which now leads
+# to /etc/shadow. The next pass labels nothing outside the tree (issue 14, item 1).
+mkdir -p /etc/kubernetes/pki/sub && echo x >/etc/kubernetes/pki/sub/a
+nodectl converge >/dev/null
+wait_until 15 sh -c "[ \"\$(stat -c %C /etc/kubernetes/pki/sub/a)\" = $SHARED ]"
+shadow_label=$(stat -c %C /etc/shadow)
+mv /etc/kubernetes/pki/sub /etc/kubernetes/pki/moved
+ln -s /etc /etc/kubernetes/pki/sub
+echo y >/etc/kubernetes/pki/moved/shadow
+nodectl converge >/dev/null
+check "R4j the swapped-in symlink is labeled itself" wait_until 15 sh -c "[ \"\$(stat -c %C /etc/kubernetes/pki/sub)\" = $SHARED ]"
+expect "R4j /etc/shadow keeps its label" "$(stat -c %C /etc/shadow)" "$shadow_label"
+expect "R4j the relabel step reports no error" "$(nodectl status --json | jq -r '.steps[] | select(.id == "relabel") | .error // ""')" ""
+rm -rf /etc/kubernetes/pki/sub /etc/kubernetes/pki/moved
 
 echo "## R5: bad bundles"
 count_pki() { find /etc/kubernetes /etc/ssl/etcd | wc -l; }
