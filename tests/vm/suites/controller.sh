@@ -126,8 +126,8 @@ echo "## C4: /var/lib/kubelet: plugin sockets shared, pods and credentials not"
 sock_image localhost/sock:1
 # (what the CSI driver's DaemonSet asks: hostPath plugins/<driver>, DirectoryOrCreate)
 mkdir -p /var/lib/kubelet/plugins/example.csi.k8s.io
-expect "C4a a driver's directory made in plugins/ inherits the shared label" \
-  "$(stat -c %C /var/lib/kubelet/plugins/example.csi.k8s.io)" "system_u:object_r:container_file_t:s0"
+expect "C4a a driver's directory made in plugins/ inherits the shared type and level" \
+  "$(stat -c %C /var/lib/kubelet/plugins/example.csi.k8s.io | cut -d: -f3-)" "container_file_t:s0"
 expect "C4a plugin dirs labeled shared (s0, no pair)" \
   "$(stat -c %C /var/lib/kubelet/plugins_registry /var/lib/kubelet/plugins /var/lib/kubelet/device-plugins | sort -u)" \
   "system_u:object_r:container_file_t:s0"
