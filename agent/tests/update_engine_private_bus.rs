@@ -12,7 +12,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures_util::FutureExt;
 use nodectl::reboot::coordinator::{LeaseCoordinator, Policy};
-use nodectl::reboot::fleetlock::ClientParams;
+use nodectl::reboot::fleetlock::{ClientParams, Coordinator as _};
 use nodectl::reboot::lease::LeaseLock;
 use nodectl::reboot::update_engine::{logind_reboot, Follower, NEED_REBOOT};
 use nodectl_apiserver_double::{Double, Options, PodKind};
@@ -73,7 +73,7 @@ async fn an_update_waiting_for_reboot_takes_a_slot_drains_and_reboots_through_lo
         "default",
     );
     other
-        .modify(|s| s.acquire("flatcar-2", "flatcar-2", now(), 1))
+        .modify(|s| s.acquire("flatcar-2", "flatcar-2", "boot-2", now(), 1))
         .await
         .unwrap();
 
@@ -143,7 +143,36 @@ async fn an_update_waiting_for_reboot_takes_a_slot_drains_and_reboots_through_lo
     let held = other.read().await.unwrap();
     assert!(held.holds("flatcar-1"));
 
-    // After the boot: not Ready yet keeps the slot; Ready releases it and uncordons.
+    // A steady-state in the same boot (nodectld restarted before logind rebooted) keeps it.
+    let r = coordinator
+        .steady_state(&follower.params)
+        .await
+        .unwrap_err();
+    assert_eq!(r.kind, "reboot_pending", "{r:?}");
+    assert!(other.read().await.unwrap().holds("flatcar-1"));
+
+    // After the boot (another boot id): not Ready yet keeps the slot; Ready releases it and
+    // uncordons.
+    let c = client(&api, "system:node:flatcar-1").await;
+    let coordinator = Arc::new(
+        LeaseCoordinator::new(
+            Arc::new(move || {
+                let c = c.clone();
+                async move { Ok(c) }.boxed()
+            }),
+            "flatcar-1",
+            "flatcar-1",
+            Policy::default(),
+            Arc::new(|| async { true }.boxed()),
+        )
+        .with_boot_id("after-the-reboot"),
+    );
+    let follower = Arc::new(Follower {
+        coordinator: coordinator.clone(),
+        params: follower.params.clone(),
+        retry: Duration::from_millis(100),
+        reboot: logind_reboot(agent_conn.clone()),
+    });
     api.set_node("flatcar-1", false);
     let f = follower.clone();
     let steady = tokio::spawn(async move { f.steady_state().await });

@@ -140,18 +140,35 @@ expect "kubelet still active" "$(systemctl is-active kubelet.service)" active
 cp /root/bootstrap-kubeconfig /etc/kubernetes/kubeconfig
 
 echo "## FleetLock for Zincati: served once the node has its credentials; slots in a Lease on the API"
-printf '[reboot]\nstrategy = "fleet-lock"\n' >/etc/nodectl/config.d/30-reboot.toml
+# (abandon_after_secs: a steady-state in the boot of the grant keeps the slot this long)
+printf '[reboot]\nstrategy = "fleet-lock"\nabandon_after_secs = 5\n' >/etc/nodectl/config.d/30-reboot.toml
+id zincati >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin zincati
 check "nodectld serves FleetLock on 127.0.0.1:9455" wait_until 10 sh -c \
   'nodectl status --json | jq -e ".reboot.endpoint == \"http://127.0.0.1:9455/\""'
-id=$(nodectl status --json | jq -r .reboot.id)
-# A FleetLock client from the protocol text, in bash: POST, the header, the JSON body.
+# Zincati's id, computed apart from nodectld (which no longer shows it to local users).
+id=$(/test/zincati-id)
+check "status (every local user may read it) does not show the FleetLock id" \
+  sh -c "! nodectl status --json | grep -q '$id' && ! nodectl status | grep -q '$id'"
+# A FleetLock client from the protocol text, in bash: POST, the header, the JSON body; run as
+# the user zincati, as Zincati runs (AS=<user> to run it as someone else, GROUP=<group>).
+cat >/tmp/fleetlock-client <<'CLIENT'
+body="{\"client_params\":{\"id\":\"$2\",\"group\":\"${GROUP:-default}\"}}"
+exec 3<>/dev/tcp/127.0.0.1/"${3:-9455}" || exit 1
+printf 'POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nfleet-lock-protocol: true\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s' "$1" "${#body}" "$body" >&3
+cat <&3
+CLIENT
 fleetlock() { # PATH ID [PORT] -> the HTTP response
-  local body="{\"client_params\":{\"id\":\"$2\",\"group\":\"default\"}}"
-  exec 3<>/dev/tcp/127.0.0.1/"${3:-9455}" || return 1
-  printf 'POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nfleet-lock-protocol: true\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s' "$1" "${#body}" "$body" >&3
-  cat <&3
-  exec 3<&-
+  setpriv --reuid="${AS:-zincati}" --regid="${AS:-zincati}" --init-groups env GROUP="${GROUP:-default}" bash /tmp/fleetlock-client "$@"
 }
+out=$(AS=nobody fleetlock /v1/pre-reboot "$id")
+check "a request from another uid (nobody) gets 403" grep -q '^HTTP/1.1 403' <<<"$out"
+check "...with a JSON error (forbidden_peer)" grep -q '"kind":"forbidden_peer"' <<<"$out"
+out=$(AS=root fleetlock /v1/pre-reboot "$id")
+check "root too (only reboot.fleetlock_users, default zincati)" grep -q '"kind":"forbidden_peer"' <<<"$out"
+expect "and nothing changed: state idle, no holder" "$(nodectl status --json | jq -c '[.reboot.state, (.reboot.holders | length)]')" '["idle",0]'
+out=$(GROUP=elsewhere fleetlock /v1/pre-reboot "$id")
+check "a group other than reboot.group is refused (group_not_served)" grep -q '"kind":"group_not_served"' <<<"$out"
+expect "and nothing changed" "$(nodectl status --json | jq '.reboot.holders | length')" 0
 out=$(fleetlock /v1/pre-reboot "$id")
 printf '%s\n' "$out" | tail -1 | sed 's/^/  | /'
 check "pre-reboot with this node's id is granted (nothing to drain)" grep -q '^HTTP/1.1 200' <<<"$out"
@@ -159,6 +176,9 @@ expect "status: rebooting" "$(nodectl status --json | jq -r .reboot.state)" rebo
 check "metrics: reboot state rebooting, written at the change" wait_until 5 \
   grep -qx 'nodectl_reboot_state{state="rebooting"} 1' /run/nodectl/metrics/nodectl.prom
 expect "the group's Lease holds this node" "$(nodectl status --json | jq -r '.reboot.holders[0].node')" worker-1
+out=$(fleetlock /v1/steady-state "$id")
+check "a steady-state in the boot of the grant keeps the slot (reboot_pending)" grep -q '"kind":"reboot_pending"' <<<"$out"
+expect "the slot is still held" "$(nodectl status --json | jq -r '.reboot.holders[0].node')" worker-1
 out=$(fleetlock /v1/pre-reboot 0123456789abcdef0123456789abcdef)
 check "another node's id is refused (wrong_node)" grep -q '"kind":"wrong_node"' <<<"$out"
 out=$(setpriv --reuid=65534 --regid=65534 --clear-groups nodectl reboot-lock release worker-1 2>&1)
@@ -168,12 +188,13 @@ expect "the Lease has no holder now" "$(nodectl status --json | jq '.reboot.hold
 out=$(fleetlock /v1/pre-reboot "$id")
 check "pre-reboot again takes the slot again" grep -q '^HTTP/1.1 200' <<<"$out"
 # reboot.* changes apply without restarting nodectld, but not in the middle of a reboot.
-printf '[reboot]\nstrategy = "fleet-lock"\nlisten = "127.0.0.1:9456"\n' >/etc/nodectl/config.d/30-reboot.toml
+printf '[reboot]\nstrategy = "fleet-lock"\nabandon_after_secs = 5\nlisten = "127.0.0.1:9456"\n' >/etc/nodectl/config.d/30-reboot.toml
 check "a reboot.* change during a reboot waits for it (logged)" wait_until 10 sh -c \
   'journalctl -u nodectld.service --no-pager -o cat | grep -q "reboot settings changed; they apply once the reboot under way is over"'
 expect "the endpoint stays on 127.0.0.1:9455 meanwhile" "$(nodectl status --json | jq -r .reboot.endpoint)" "http://127.0.0.1:9455/"
+sleep 5 # (reboot.abandon_after_secs since the grant: the reboot counts as abandoned)
 out=$(fleetlock /v1/steady-state "$id")
-check "steady-state with kubelet active and the Node Ready releases the slot" grep -q '^HTTP/1.1 200' <<<"$out"
+check "steady-state once the grant counts as abandoned, kubelet active and the Node Ready, releases the slot" grep -q '^HTTP/1.1 200' <<<"$out"
 expect "status: idle, no holders" "$(nodectl status --json | jq -c '[.reboot.state, (.reboot.holders | length)]')" '["idle",0]'
 check "metrics: reboot state idle" wait_until 5 \
   grep -qx 'nodectl_reboot_state{state="idle"} 1' /run/nodectl/metrics/nodectl.prom

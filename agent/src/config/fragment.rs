@@ -144,6 +144,8 @@ pub(crate) struct RebootSection {
     pub(crate) namespace: Option<String>,
     pub(crate) drain_timeout_secs: Option<i64>,
     pub(crate) stale_after_secs: Option<i64>,
+    pub(crate) abandon_after_secs: Option<i64>,
+    pub(crate) fleetlock_users: Option<Vec<String>>,
     pub(crate) windows: Option<Vec<String>>,
     pub(crate) time_zone: Option<String>,
 }

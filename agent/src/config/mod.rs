@@ -380,6 +380,39 @@ mod tests {
         .unwrap_err();
         assert_eq!(e.key, "reboot.listen");
         assert!(e.to_string().contains("not a loopback address"), "{e}");
+        // Only Zincati's user by default; names are checked; the abandon time is bounded.
+        let ok = settings(
+            &[("30.toml", "[node]\nrole = \"worker\"\n")],
+            &Host::generic(),
+        )
+        .unwrap();
+        assert_eq!(ok.reboot_policy.fleetlock_users, ["zincati"]);
+        assert_eq!(ok.reboot_policy.abandon_after_secs, 1800);
+        for (text, key) in [
+            (
+                "[reboot]\nfleetlock_users = [\"Zin cati\"]\n",
+                "reboot.fleetlock_users",
+            ),
+            (
+                "[reboot]\nfleetlock_users = [\"\"]\n",
+                "reboot.fleetlock_users",
+            ),
+            (
+                "[reboot]\nabandon_after_secs = 0\n",
+                "reboot.abandon_after_secs",
+            ),
+            (
+                "[reboot]\nabandon_after_secs = 9223372036854775807\n",
+                "reboot.abandon_after_secs",
+            ),
+        ] {
+            let e = settings(
+                &[("30.toml", &format!("[node]\nrole = \"worker\"\n{text}"))],
+                &Host::generic(),
+            )
+            .unwrap_err();
+            assert_eq!(e.key, key, "{text}");
+        }
         // A literal provider id goes into kubelet.service's command line: nothing systemd or a
         // shell would interpret.
         for bad in [

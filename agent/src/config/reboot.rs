@@ -23,6 +23,11 @@ pub(crate) const DEFAULT_GROUP_SLOTS: i64 = 1;
 pub(crate) const DEFAULT_DRAIN_TIMEOUT_SECS: i64 = 600;
 /// Seconds after which a holder that did not renew its slot is reclaimed.
 pub(crate) const DEFAULT_STALE_AFTER_SECS: i64 = 3600;
+/// A slot granted in this boot is released by a steady-state of the same boot only once it is
+/// this old: the reboot it was granted for counts as abandoned then.
+pub(crate) const DEFAULT_ABANDON_AFTER_SECS: i64 = 1800;
+/// The local users whose FleetLock requests are served (Zincati runs as `zincati`).
+pub(crate) const DEFAULT_FLEETLOCK_USERS: &[&str] = &["zincati"];
 
 /// The most concurrent reboots a group may allow.
 pub const MAX_GROUP_SLOTS: i64 = 10_000;
@@ -56,10 +61,35 @@ pub struct RebootPolicy {
     pub drain_timeout_secs: u64,
     /// A holder that did not renew its slot for this long is reclaimed.
     pub stale_after_secs: u64,
+    /// A slot granted in this boot is given back by a steady-state of the same boot only once
+    /// it is this old (the reboot counts as abandoned).
+    pub abandon_after_secs: u64,
+    /// The local users (Zincati's) whose FleetLock requests are served; others get 403.
+    pub fleetlock_users: Vec<String>,
     /// When new reboot slots may be taken; empty: any time.
     pub windows: Vec<Window>,
     /// The time zone of the windows.
     pub time_zone: Zone,
+}
+
+/// Validates `reboot.fleetlock_users`.
+fn fleetlock_users(f: &RebootSection, c: &Check) -> Result<Vec<String>, ConfigError> {
+    match &f.fleetlock_users {
+        None => Ok(DEFAULT_FLEETLOCK_USERS
+            .iter()
+            .map(|u| u.to_string())
+            .collect()),
+        Some(list) => list
+            .iter()
+            .map(|u| {
+                if names::is_user_name(u) {
+                    Ok(u.clone())
+                } else {
+                    Err(c.bad("reboot.fleetlock_users", u))
+                }
+            })
+            .collect(),
+    }
 }
 
 impl RebootPolicy {
@@ -115,6 +145,13 @@ impl RebootPolicy {
                 DEFAULT_STALE_AFTER_SECS,
                 (60, MAX_SECS),
             )? as u64,
+            abandon_after_secs: c.int(
+                "reboot.abandon_after_secs",
+                f.abandon_after_secs,
+                DEFAULT_ABANDON_AFTER_SECS,
+                (5, 86_400),
+            )? as u64,
+            fleetlock_users: fleetlock_users(f, c)?,
             windows: f
                 .windows
                 .iter()

@@ -131,6 +131,18 @@ pub(crate) const SCHEMA: &[(&str, &str, Kind, &str)] = &[
     ),
     (
         "reboot",
+        "abandon_after_secs",
+        Kind::Int,
+        "seconds from 5 to 86400",
+    ),
+    (
+        "reboot",
+        "fleetlock_users",
+        Kind::List,
+        "a list of local user names",
+    ),
+    (
+        "reboot",
         "windows",
         Kind::List,
         "a list of windows like \"Sat,Sun 23:30 60m\" (days, start, length)",

@@ -91,6 +91,8 @@ fn policy(p: &RebootPolicy) -> Policy {
         drain_timeout: Duration::from_secs(p.drain_timeout_secs),
         windows: p.windows.clone(),
         time_zone: p.time_zone.clone(),
+        group: p.group.clone(),
+        abandon_after: Duration::from_secs(p.abandon_after_secs),
         ..Policy::default()
     }
 }
@@ -173,10 +175,28 @@ async fn start(
         .with_context(|| format!("listening on {listen} (reboot.listen)"))?;
     c.set_endpoint(&format!("http://{listen}/"));
     *shared.reboot.lock().expect("reboot") = Some(c.clone());
-    tracing::info!(%listen, id = %id, "serving FleetLock for Zincati on http://{listen}/ (client id {id})");
+    tracing::info!(%listen, "serving FleetLock for Zincati on http://{listen}/ (group {})", s.reboot_policy.group);
     Ok(Some(tokio::spawn(crate::reboot::fleetlock::serve(
-        listener, c,
+        listener,
+        c,
+        callers(root, &s.reboot_policy),
     ))))
+}
+
+/// The uids of `reboot.fleetlock_users` (a user this node does not have is logged and left out:
+/// nobody may call as it).
+fn callers(root: &Root, p: &RebootPolicy) -> crate::reboot::fleetlock::Callers {
+    let mut c = crate::reboot::fleetlock::Callers::default();
+    for name in &p.fleetlock_users {
+        match crate::accounts::resolve(root, name) {
+            Ok((uid, _)) => c.uids.push(uid),
+            Err(e) => {
+                tracing::warn!(user = %name, "reboot.fleetlock_users: {e}; nobody calls FleetLock as {name}")
+            }
+        }
+        c.names.push(name.clone());
+    }
+    c
 }
 
 /// Flatcar: update_engine's reboots take a slot of `group` first.

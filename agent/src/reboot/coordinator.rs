@@ -6,7 +6,9 @@
 //!   taken has passed (the answer and the status say which); otherwise 423 `draining` and
 //!   Zincati asks again;
 //! - steady-state: release only when kubelet is active and the Node is Ready (else 423
-//!   `not_ready`, slot kept), uncordon first (only a cordon nodectld made).
+//!   `not_ready`, slot kept), and not in the boot the slot was granted in unless the grant is
+//!   older than `abandon_after` (else 423 `reboot_pending`); uncordon first (only a cordon
+//!   nodectld made).
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -39,6 +41,11 @@ pub struct Policy {
     pub windows: Vec<crate::util::window::Window>,
     /// The time zone the windows are read in (default UTC).
     pub time_zone: crate::util::window::Zone,
+    /// The only group served (`reboot.group`): a client cannot create Leases at will.
+    pub group: String,
+    /// A slot granted in this boot is given back by a steady-state of the same boot only this
+    /// long after the grant (the reboot counts as abandoned then).
+    pub abandon_after: Duration,
 }
 
 impl Default for Policy {
@@ -51,6 +58,8 @@ impl Default for Policy {
             drain_wait: Duration::from_secs(30),
             windows: Vec::new(),
             time_zone: crate::util::window::Zone::utc(),
+            group: "default".into(),
+            abandon_after: Duration::from_secs(1800),
         }
     }
 }
@@ -58,10 +67,9 @@ impl Default for Policy {
 /// What `nodectl status` shows about reboots.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RebootStatus {
-    /// Where the FleetLock endpoint listens, and the client id it answers to.
+    /// Where the FleetLock endpoint listens (the client id it answers to is not shown: every
+    /// local user may read the status).
     pub endpoint: String,
-    /// The FleetLock client id this node answers to.
-    pub id: String,
     /// One of [`STATES`].
     pub state: String,
     /// What the state means now, e.g. who holds the slots or which pods are left to drain.
@@ -107,6 +115,8 @@ pub struct LeaseCoordinator {
     node_id: String,
     policy: Policy,
     kubelet_active: KubeletActive,
+    /// This boot (`/proc/sys/kernel/random/boot_id`), recorded with a grant.
+    boot_id: String,
     status: Mutex<RebootStatus>,
     /// Called after the state changed (the daemon rewrites its metrics).
     on_change: Mutex<Option<OnChange>>,
@@ -142,13 +152,21 @@ impl LeaseCoordinator {
             node_id: node_id.into(),
             policy,
             kubelet_active,
+            boot_id: std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+                .map(|s| s.trim().to_string())
+                .unwrap_or_default(),
             status: Mutex::new(RebootStatus {
-                id: node_id.into(),
                 state: "idle".into(),
                 ..Default::default()
             }),
             on_change: Mutex::new(None),
         }
+    }
+
+    /// As if running in boot `boot_id` (tests: a reboot without rebooting).
+    pub fn with_boot_id(mut self, boot_id: &str) -> Self {
+        self.boot_id = boot_id.into();
+        self
     }
 
     /// Calls `f` with the new state after every change of state.
@@ -168,7 +186,12 @@ impl LeaseCoordinator {
 
     /// The reboot state as `nodectl status` shows it.
     pub fn status(&self) -> RebootStatus {
-        self.status.lock().expect("status").clone()
+        let mut st = self.status.lock().expect("status").clone();
+        // Client ids stay out of what every local user may read.
+        for h in &mut st.holders {
+            h.id.clear();
+        }
+        st
     }
 
     fn set(&self, state: &str, detail: String, group: &str, holders: Vec<Holder>) {
@@ -188,18 +211,28 @@ impl LeaseCoordinator {
     }
 
     fn ours(&self, p: &ClientParams) -> Result<(), Refusal> {
-        if p.id == self.node_id {
-            Ok(())
-        } else {
-            Err(Refusal::new(
+        if p.id != self.node_id {
+            // (the id asked with is not quoted back: the answer is no oracle for this node's)
+            return Err(Refusal::new(
                 StatusCode::FORBIDDEN,
                 "wrong_node",
                 format!(
-                    "id {:?} is not this node's ({}); point each node's Zincati at its own nodectld",
-                    p.id, self.node
+                    "the id is not this node's ({}); point each node's Zincati at its own nodectld",
+                    self.node
                 ),
-            ))
+            ));
         }
+        if p.group != self.policy.group {
+            return Err(Refusal::new(
+                StatusCode::FORBIDDEN,
+                "group_not_served",
+                format!(
+                    "group {:?} is not served here: this node reboots in group {:?} (reboot.group; Zincati's [identity] group must match)",
+                    p.group, self.policy.group
+                ),
+            ));
+        }
+        Ok(())
     }
 
     async fn pre(&self, p: &ClientParams) -> Result<String, Refusal> {
@@ -244,7 +277,10 @@ impl LeaseCoordinator {
         let ((reclaimed, got), slots) = lock
             .modify(|s| {
                 let r = s.reclaim(now(), stale, |n| !gone.iter().any(|g| g == n));
-                (r, s.acquire(&p.id, &node, now(), self.policy.slots))
+                (
+                    r,
+                    s.acquire(&p.id, &node, &self.boot_id, now(), self.policy.slots),
+                )
             })
             .await
             .map_err(internal)?;
@@ -381,6 +417,14 @@ impl LeaseCoordinator {
             let holders = lock.read().await.map(|s| s.holders).unwrap_or_default();
             self.set("waiting-for-ready", d.clone(), &p.group, holders);
             return Err(Refusal::new(StatusCode::LOCKED, "not_ready", d));
+        }
+        let held = lock.read().await.map_err(internal)?;
+        let abandon = self.policy.abandon_after.as_secs();
+        if let Err(left) = held.may_release(&self.node, &self.boot_id, now(), abandon) {
+            let d = format!(
+                "the slot was granted in this boot and the reboot has not happened: kept (it counts as abandoned in {left} s)"
+            );
+            return Err(Refusal::new(StatusCode::LOCKED, "reboot_pending", d));
         }
         drainer.cordon(false).await.map_err(internal)?;
         let (r, slots) = lock

@@ -10,8 +10,11 @@
 //! The decisions (slots, drain, readiness) are the [`Coordinator`]'s; this module checks
 //! requests and maps outcomes to the protocol.
 
+use std::collections::VecDeque;
 use std::convert::Infallible;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::future::BoxFuture;
@@ -77,6 +80,12 @@ pub const KINDS: &[(&str, u16, &str)] = &[
         "no `fleet-lock-protocol: true` header",
     ),
     ("decode_error", 400, "the body is not the protocol's JSON"),
+    (
+        "payload_too_large",
+        413,
+        "a declared Content-Length over 64 KiB (refused before reading)",
+    ),
+    ("timeout", 408, "the body did not arrive within 5 s"),
     ("invalid_id", 400, "client_params.id is empty"),
     (
         "invalid_group",
@@ -87,6 +96,21 @@ pub const KINDS: &[(&str, u16, &str)] = &[
         "wrong_node",
         403,
         "the id is not this node's (the endpoint serves its own node only)",
+    ),
+    (
+        "forbidden_peer",
+        403,
+        "the connection is not from a user in reboot.fleetlock_users (Zincati's); the body is not read",
+    ),
+    (
+        "group_not_served",
+        403,
+        "client_params.group is not reboot.group",
+    ),
+    (
+        "reboot_pending",
+        423,
+        "steady-state in the boot the slot was granted in, before reboot.abandon_after_secs: slot kept",
     ),
     (
         "lock_held",
@@ -131,6 +155,12 @@ pub fn check(
     header: Option<&str>,
     body: &[u8],
 ) -> Result<(Op, ClientParams), Refusal> {
+    let op = check_head(method, path, header)?;
+    Ok((op, check_body(body)?))
+}
+
+/// Method, path and header: checked before any of the body is read.
+fn check_head(method: &Method, path: &str, header: Option<&str>) -> Result<Op, Refusal> {
     let op = match path {
         PRE_REBOOT => Op::PreReboot,
         STEADY_STATE => Op::SteadyState,
@@ -138,7 +168,7 @@ pub fn check(
             return Err(Refusal::new(
                 StatusCode::NOT_FOUND,
                 "not_found",
-                format!("{p}: not a FleetLock endpoint"),
+                format!("{}: not a FleetLock endpoint", p.escape_debug()),
             ))
         }
     };
@@ -156,6 +186,10 @@ pub fn check(
             format!("the {HEADER}: true header is required"),
         ));
     }
+    Ok(op)
+}
+
+fn check_body(body: &[u8]) -> Result<ClientParams, Refusal> {
     let b: Body = serde_json::from_slice(body).map_err(|e| {
         Refusal::new(
             StatusCode::BAD_REQUEST,
@@ -181,7 +215,7 @@ pub fn check(
             ),
         ));
     }
-    Ok((op, p))
+    Ok(p)
 }
 
 /// Decides pre-reboot and steady-state.
@@ -201,35 +235,136 @@ fn json_refusal(r: &Refusal) -> Response<Full<Bytes>> {
         .expect("response")
 }
 
-/// Handles one HTTP request.
+/// Who may call the endpoint: the uids of `reboot.fleetlock_users`.
+#[derive(Clone, Debug, Default)]
+pub struct Callers {
+    /// The allowed uids.
+    pub uids: Vec<u32>,
+    /// Their names, for refusals.
+    pub names: Vec<String>,
+}
+
+/// A connection's peer: its socket's uid and whether it may call.
+#[derive(Clone, Debug)]
+pub(crate) struct Peer {
+    uid: Option<u32>,
+    allowed: bool,
+}
+
+impl Peer {
+    fn of(local: std::net::SocketAddr, peer: std::net::SocketAddr, callers: &Callers) -> Peer {
+        let uid = super::peer::uid(local, peer).unwrap_or_else(|e| {
+            tracing::warn!("FleetLock endpoint: looking up a connection's owner: {e}");
+            None
+        });
+        Peer {
+            uid,
+            allowed: uid.is_some_and(|u| callers.uids.contains(&u)),
+        }
+    }
+
+    fn refusal(&self, callers: &Callers) -> Refusal {
+        let who = self
+            .uid
+            .map_or_else(|| "an unknown uid".to_string(), |u| format!("uid {u}"));
+        Refusal::new(
+            StatusCode::FORBIDDEN,
+            "forbidden_peer",
+            format!(
+                "the connection is from {who}; only {} may call (reboot.fleetlock_users)",
+                callers.names.join(", ")
+            ),
+        )
+    }
+}
+
+/// At most this many connections at once; a new one closes the oldest (one whose peer may not
+/// call first), so idle connections cannot keep Zincati out.
+pub(crate) const MAX_CONNECTIONS: usize = 64;
+/// The request head must arrive within this, the body within this after it.
+pub(crate) const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const BODY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Refusals are logged at most this many times a minute (a local loop must not flood the
+/// journal); the rest are counted and the count logged with the next one.
+const REFUSAL_LOGS_PER_MINUTE: u64 = 10;
+
+fn log_refusal(r: &Refusal, path: &str) {
+    static WINDOW: AtomicU64 = AtomicU64::new(0);
+    static LOGGED: AtomicU64 = AtomicU64::new(0);
+    static SUPPRESSED: AtomicU64 = AtomicU64::new(0);
+    let minute = crate::util::time::now_secs() / 60;
+    if WINDOW.swap(minute, Ordering::Relaxed) != minute {
+        LOGGED.store(0, Ordering::Relaxed);
+    }
+    if LOGGED.fetch_add(1, Ordering::Relaxed) < REFUSAL_LOGS_PER_MINUTE {
+        let suppressed = SUPPRESSED.swap(0, Ordering::Relaxed);
+        tracing::warn!(kind = r.kind, path = %path.escape_debug(), suppressed, "FleetLock request refused: {}", r.value);
+    } else {
+        SUPPRESSED.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Handles one HTTP request: the peer, then method, path and header, then a declared length,
+/// and only then the body (bounded in size and time).
 pub(crate) async fn handle<C: Coordinator>(
     c: Arc<C>,
+    peer: Peer,
+    callers: Arc<Callers>,
     req: Request<hyper::body::Incoming>,
 ) -> Response<Full<Bytes>> {
-    let method = req.method().clone();
     let path = req.uri().path().to_string();
-    let header = req
+    let header = req.headers().get(HEADER).and_then(|v| v.to_str().ok());
+    let head = if peer.allowed {
+        check_head(req.method(), &path, header)
+    } else {
+        Err(peer.refusal(&callers))
+    };
+    let op = match head {
+        Ok(op) => op,
+        Err(r) => {
+            log_refusal(&r, &path);
+            return json_refusal(&r);
+        }
+    };
+    let declared = req
         .headers()
-        .get(HEADER)
-        .and_then(|v| v.to_str().ok())
-        .map(String::from);
-    let body = match http_body_util::Limited::new(req.into_body(), MAX_BODY)
-        .collect()
-        .await
-    {
-        Ok(b) => b.to_bytes(),
-        Err(e) => {
+        .get(hyper::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > MAX_BODY as u64) {
+        let r = Refusal::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload_too_large",
+            format!("bodies are at most {MAX_BODY} bytes"),
+        );
+        log_refusal(&r, &path);
+        return json_refusal(&r);
+    }
+    let read = http_body_util::Limited::new(req.into_body(), MAX_BODY).collect();
+    let body = match tokio::time::timeout(BODY_TIMEOUT, read).await {
+        Ok(Ok(b)) => b.to_bytes(),
+        Ok(Err(e)) => {
             return json_refusal(&Refusal::new(
                 StatusCode::BAD_REQUEST,
                 "decode_error",
                 format!("reading the body: {e}"),
             ))
         }
+        Err(_) => {
+            return json_refusal(&Refusal::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "timeout",
+                format!(
+                    "the body did not arrive within {} s",
+                    BODY_TIMEOUT.as_secs()
+                ),
+            ))
+        }
     };
-    let (op, params) = match check(&method, &path, header.as_deref(), &body) {
-        Ok(x) => x,
+    let params = match check_body(&body) {
+        Ok(p) => p,
         Err(r) => {
-            tracing::warn!(kind = r.kind, path = %path, "FleetLock request refused: {}", r.value);
+            log_refusal(&r, &path);
             return json_refusal(&r);
         }
     };
@@ -239,7 +374,7 @@ pub(crate) async fn handle<C: Coordinator>(
     };
     match result {
         Ok(msg) => {
-            tracing::info!(op = ?op, id = %params.id, group = %params.group, "FleetLock: {msg}");
+            tracing::info!(op = ?op, group = %params.group, "FleetLock: {msg}");
             Response::builder()
                 .status(StatusCode::OK)
                 .header("content-type", "text/plain")
@@ -247,33 +382,74 @@ pub(crate) async fn handle<C: Coordinator>(
                 .expect("response")
         }
         Err(r) => {
-            tracing::info!(op = ?op, id = %params.id, group = %params.group, kind = r.kind, "FleetLock: {}", r.value);
+            tracing::info!(op = ?op, group = %params.group, kind = r.kind, "FleetLock: {}", r.value);
             json_refusal(&r)
         }
     }
 }
 
-/// Serves the protocol on `listener` until the task is dropped.
-pub async fn serve<C: Coordinator>(listener: tokio::net::TcpListener, c: Arc<C>) {
+/// One open connection: how to close it, and whether its peer may call.
+struct Open {
+    task: tokio::task::AbortHandle,
+    allowed: Arc<AtomicBool>,
+}
+
+/// Serves the protocol on `listener` to `callers` until the task is dropped.
+pub async fn serve<C: Coordinator>(listener: tokio::net::TcpListener, c: Arc<C>, callers: Callers) {
+    let callers = Arc::new(callers);
+    let mut open: VecDeque<Open> = VecDeque::new();
     loop {
         let tcp = match listener.accept().await {
             Ok((tcp, _)) => tcp,
             Err(e) => {
                 // Out of file descriptors and the like: do not spin on it.
                 tracing::warn!("FleetLock endpoint: accepting a connection: {e}");
-                tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+                tokio::time::sleep(Duration::from_millis(500)).await;
                 continue;
             }
         };
-        let c = c.clone();
-        tokio::spawn(async move {
+        open.retain(|o| !o.task.is_finished());
+        if open.len() >= MAX_CONNECTIONS {
+            let i = open
+                .iter()
+                .position(|o| !o.allowed.load(Ordering::Relaxed))
+                .unwrap_or(0);
+            if let Some(o) = open.remove(i) {
+                o.task.abort();
+            }
+        }
+        let allowed = Arc::new(AtomicBool::new(false));
+        let (c, callers, flag) = (c.clone(), callers.clone(), allowed.clone());
+        let task = tokio::spawn(async move {
+            let addrs = (tcp.local_addr(), tcp.peer_addr());
+            let who = callers.clone();
+            let peer = match addrs {
+                (Ok(l), Ok(p)) => tokio::task::spawn_blocking(move || Peer::of(l, p, &who))
+                    .await
+                    .unwrap_or(Peer {
+                        uid: None,
+                        allowed: false,
+                    }),
+                _ => Peer {
+                    uid: None,
+                    allowed: false,
+                },
+            };
+            flag.store(peer.allowed, Ordering::Relaxed);
             let svc = hyper::service::service_fn(move |req| {
-                let c = c.clone();
-                async move { Ok::<_, Infallible>(handle(c, req).await) }
+                let (c, peer, callers) = (c.clone(), peer.clone(), callers.clone());
+                async move { Ok::<_, Infallible>(handle(c, peer, callers, req).await) }
             });
             let _ = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(HEADER_TIMEOUT)
+                .max_buf_size(16 * 1024)
                 .serve_connection(hyper_util::rt::TokioIo::new(tcp), svc)
                 .await;
+        });
+        open.push_back(Open {
+            task: task.abort_handle(),
+            allowed,
         });
     }
 }

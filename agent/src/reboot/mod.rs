@@ -5,5 +5,6 @@ pub mod coordinator;
 pub mod drain;
 pub mod fleetlock;
 pub mod lease;
+pub(crate) mod peer;
 pub mod slots;
 pub mod update_engine;

@@ -14,6 +14,8 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Holder {
     /// The FleetLock client id (Zincati's app-specific machine id) or, on Flatcar, the node name.
+    /// Left out of `nodectl status` (empty there), which every local user may read.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub id: String,
     /// The Kubernetes Node being rebooted.
     pub node: String,
@@ -21,6 +23,10 @@ pub struct Holder {
     pub since: u64,
     /// Unix seconds: when the holder last showed it is alive (pre-reboot again, nodectld start).
     pub renewed: u64,
+    /// The holder's boot (`/proc/sys/kernel/random/boot_id`) when the slot was granted: a
+    /// steady-state from that same boot does not release it (the reboot has not happened).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub boot: String,
 }
 
 /// A group's reboot slots as stored in its Lease.
@@ -59,11 +65,12 @@ impl Slots {
         self.holders.iter().any(|h| h.node == node)
     }
 
-    /// Takes (or renews) a slot for `node`, asked for by client `id`.
-    pub fn acquire(&mut self, id: &str, node: &str, now: u64, max: usize) -> Acquire {
+    /// Takes (or renews) a slot for `node`, asked for by client `id` in boot `boot`.
+    pub fn acquire(&mut self, id: &str, node: &str, boot: &str, now: u64, max: usize) -> Acquire {
         if let Some(h) = self.holders.iter_mut().find(|h| h.node == node) {
             h.renewed = now;
             h.id = id.to_string();
+            h.boot = boot.to_string();
             return Acquire::Retained;
         }
         if self.holders.len() >= max.max(1) {
@@ -76,8 +83,33 @@ impl Slots {
             node: node.to_string(),
             since: now,
             renewed: now,
+            boot: boot.to_string(),
         });
         Acquire::Obtained
+    }
+
+    /// Whether a steady-state from `node` in boot `boot` may give its slot back now: not while
+    /// the slot was granted in this same boot less than `abandon_after` seconds ago (the reboot
+    /// it was granted for has not happened; Zincati restarted, or someone else asks). After that
+    /// the reboot counts as abandoned. `Err(seconds left)` when not.
+    pub fn may_release(
+        &self,
+        node: &str,
+        boot: &str,
+        now: u64,
+        abandon_after: u64,
+    ) -> Result<(), u64> {
+        match self.holders.iter().find(|h| h.node == node) {
+            Some(h) if !h.boot.is_empty() && h.boot == boot => {
+                let age = now.saturating_sub(h.since);
+                if age < abandon_after {
+                    Err(abandon_after - age)
+                } else {
+                    Ok(())
+                }
+            }
+            _ => Ok(()),
+        }
     }
 
     /// Frees the slot held by `node`, if any.
@@ -136,13 +168,13 @@ mod tests {
     #[test]
     fn a_semaphore_of_n_recursive_and_owned() {
         let mut s = Slots::default();
-        assert_eq!(s.acquire("a", "n1", 10, 2), Acquire::Obtained);
-        assert_eq!(s.acquire("a", "n1", 20, 2), Acquire::Retained);
+        assert_eq!(s.acquire("a", "n1", "boot-1", 10, 2), Acquire::Obtained);
+        assert_eq!(s.acquire("a", "n1", "boot-1", 20, 2), Acquire::Retained);
         assert_eq!(s.holders[0].since, 10);
         assert_eq!(s.holders[0].renewed, 20);
-        assert_eq!(s.acquire("b", "n2", 21, 2), Acquire::Obtained);
+        assert_eq!(s.acquire("b", "n2", "boot-1", 21, 2), Acquire::Obtained);
         assert_eq!(
-            s.acquire("c", "n3", 22, 2),
+            s.acquire("c", "n3", "boot-1", 22, 2),
             Acquire::Full {
                 holders: vec!["n1".into(), "n2".into()]
             }
@@ -150,11 +182,14 @@ mod tests {
         assert_eq!(s.release("n3"), Release::NotHeld);
         assert_eq!(s.release("n1"), Release::Released);
         assert_eq!(s.release("n1"), Release::NotHeld);
-        assert_eq!(s.acquire("c", "n3", 23, 2), Acquire::Obtained);
+        assert_eq!(s.acquire("c", "n3", "boot-1", 23, 2), Acquire::Obtained);
         // max 0 is treated as 1: a group can always reboot someone.
         let mut one = Slots::default();
-        assert_eq!(one.acquire("x", "n", 0, 0), Acquire::Obtained);
-        assert!(matches!(one.acquire("y", "m", 0, 0), Acquire::Full { .. }));
+        assert_eq!(one.acquire("x", "n", "boot-1", 0, 0), Acquire::Obtained);
+        assert!(matches!(
+            one.acquire("y", "m", "boot-1", 0, 0),
+            Acquire::Full { .. }
+        ));
     }
 
     /// Cloned images share a machine-id, so two nodes ask with one client id: slots are held by
@@ -162,9 +197,12 @@ mod tests {
     #[test]
     fn two_nodes_with_one_machine_id_do_not_share_a_slot() {
         let mut s = Slots::default();
-        assert_eq!(s.acquire("same-id", "node-a", 10, 1), Acquire::Obtained);
         assert_eq!(
-            s.acquire("same-id", "node-b", 11, 1),
+            s.acquire("same-id", "node-a", "boot-1", 10, 1),
+            Acquire::Obtained
+        );
+        assert_eq!(
+            s.acquire("same-id", "node-b", "boot-1", 11, 1),
             Acquire::Full {
                 holders: vec!["node-a".into()]
             }
@@ -178,9 +216,9 @@ mod tests {
     #[test]
     fn stale_holders_and_vanished_nodes_are_reclaimed() {
         let mut s = Slots::default();
-        s.acquire("a", "n1", 0, 3);
-        s.acquire("b", "gone", 100, 3);
-        s.acquire("c", "n3", 3000, 3);
+        s.acquire("a", "n1", "boot-1", 0, 3);
+        s.acquire("b", "gone", "boot-1", 100, 3);
+        s.acquire("c", "n3", "boot-1", 3000, 3);
         let out = s.reclaim(3700, 3600, |n| n != "gone");
         let ids: Vec<&str> = out.iter().map(|(h, _)| h.id.as_str()).collect();
         assert_eq!(ids, ["a", "b"]);
@@ -190,11 +228,27 @@ mod tests {
         assert!(s.holds("n3"));
     }
 
+    /// A steady-state in the boot the slot was granted in keeps it until the reboot counts as
+    /// abandoned; after the reboot (another boot) it releases at once (issue 14, item 3).
+    #[test]
+    fn a_slot_granted_in_this_boot_is_kept_until_the_reboot_or_its_abandonment() {
+        let mut s = Slots::default();
+        s.acquire("id", "n1", "boot-1", 100, 1);
+        assert_eq!(s.may_release("n1", "boot-1", 100, 1800), Err(1800));
+        assert_eq!(s.may_release("n1", "boot-1", 1000, 1800), Err(900));
+        assert_eq!(s.may_release("n1", "boot-1", 1900, 1800), Ok(()));
+        assert_eq!(s.may_release("n1", "boot-2", 101, 1800), Ok(()));
+        assert_eq!(s.may_release("other", "boot-1", 101, 1800), Ok(()));
+        // A record from before boots were kept releases as before.
+        s.holders[0].boot.clear();
+        assert_eq!(s.may_release("n1", "boot-1", 101, 1800), Ok(()));
+    }
+
     /// A `renewed` far in the future never made a slot stale (issue 14, item 7).
     #[test]
     fn times_from_the_future_are_clamped_so_the_slot_ages() {
         let mut s = Slots::default();
-        s.acquire("a", "n1", u64::MAX / 2, 1);
+        s.acquire("a", "n1", "boot-1", u64::MAX / 2, 1);
         assert!(s.reclaim(1000, 3600, |_| true).is_empty());
         assert_eq!(s.holders[0].renewed, 1000);
         let out = s.reclaim(1000 + 3601, 3600, |_| true);

@@ -181,11 +181,7 @@ impl Status {
 
     fn reboot_line(&self, o: &mut String) {
         if let Some(r) = &self.reboot {
-            let holders: Vec<String> = r
-                .holders
-                .iter()
-                .map(|h| format!("{} ({})", h.node, h.id))
-                .collect();
+            let holders: Vec<String> = r.holders.iter().map(|h| h.node.clone()).collect();
             let _ = writeln!(
                 o,
                 "    Reboots: {}{} (FleetLock on {}{})",

@@ -81,6 +81,18 @@ pub(crate) fn parse_taint(s: &str) -> Result<String, SyntaxError> {
 }
 
 /// A FleetLock group name as Zincati accepts it: `^[a-zA-Z0-9.-]+$`.
+/// A local user name as shadow-utils accepts it: `[a-z_][a-z0-9_-]*[$]?`, at most 32 bytes.
+pub(crate) fn is_user_name(u: &str) -> bool {
+    let b = u.as_bytes();
+    let body = b.strip_suffix(b"$").unwrap_or(b);
+    !body.is_empty()
+        && b.len() <= 32
+        && (body[0].is_ascii_lowercase() || body[0] == b'_')
+        && body[1..]
+            .iter()
+            .all(|&c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'_' || c == b'-')
+}
+
 pub(crate) fn valid_group(g: &str) -> bool {
     !g.is_empty()
         && g.chars()

@@ -39,9 +39,15 @@ fn holders_in(history: &[serde_json::Value]) -> Vec<Slots> {
 async fn two_nodes_contend_for_one_slot_and_n_2_lets_both_go() {
     let api = Double::start(Options::default()).await.unwrap();
     let l = lock(&api, "default").await;
-    let (a, _) = l.modify(|s| s.acquire("a", "n1", now(), 1)).await.unwrap();
+    let (a, _) = l
+        .modify(|s| s.acquire("a", "n1", "boot-1", now(), 1))
+        .await
+        .unwrap();
     assert_eq!(a, Acquire::Obtained);
-    let (b, _) = l.modify(|s| s.acquire("b", "n2", now(), 1)).await.unwrap();
+    let (b, _) = l
+        .modify(|s| s.acquire("b", "n2", "boot-1", now(), 1))
+        .await
+        .unwrap();
     assert_eq!(
         b,
         Acquire::Full {
@@ -49,24 +55,30 @@ async fn two_nodes_contend_for_one_slot_and_n_2_lets_both_go() {
         }
     );
     // Asking again is idempotent for the holder.
-    let (a2, _) = l.modify(|s| s.acquire("a", "n1", now(), 1)).await.unwrap();
+    let (a2, _) = l
+        .modify(|s| s.acquire("a", "n1", "boot-1", now(), 1))
+        .await
+        .unwrap();
     assert_eq!(a2, Acquire::Retained);
     let (r, _) = l.modify(|s| s.release("n1")).await.unwrap();
     assert_eq!(r, Release::Released);
-    let (b, _) = l.modify(|s| s.acquire("b", "n2", now(), 1)).await.unwrap();
+    let (b, _) = l
+        .modify(|s| s.acquire("b", "n2", "boot-1", now(), 1))
+        .await
+        .unwrap();
     assert_eq!(b, Acquire::Obtained);
 
     // Another group with two slots: both go.
     let w = lock(&api, "workers").await;
     assert_eq!(
-        w.modify(|s| s.acquire("c", "n3", now(), 2))
+        w.modify(|s| s.acquire("c", "n3", "boot-1", now(), 2))
             .await
             .unwrap()
             .0,
         Acquire::Obtained
     );
     assert_eq!(
-        w.modify(|s| s.acquire("d", "n4", now(), 2))
+        w.modify(|s| s.acquire("d", "n4", "boot-1", now(), 2))
             .await
             .unwrap()
             .0,
@@ -99,13 +111,13 @@ async fn a_fleetlock_group_that_is_no_object_name_still_gets_a_lease_of_its_own(
     let upper = lock(&api, "Workers").await;
     let lower = lock(&api, "workers").await;
     let (a, _) = upper
-        .modify(|s| s.acquire("a", "n1", now(), 1))
+        .modify(|s| s.acquire("a", "n1", "boot-1", now(), 1))
         .await
         .unwrap();
     assert_eq!(a, Acquire::Obtained);
     // A different group: its own slot.
     let (b, _) = lower
-        .modify(|s| s.acquire("b", "n2", now(), 1))
+        .modify(|s| s.acquire("b", "n2", "boot-1", now(), 1))
         .await
         .unwrap();
     assert_eq!(b, Acquire::Obtained);
@@ -123,14 +135,14 @@ async fn a_fleetlock_group_that_is_no_object_name_still_gets_a_lease_of_its_own(
 async fn a_holder_whose_node_vanished_is_reclaimed() {
     let api = Double::start(Options::default()).await.unwrap();
     let l = lock(&api, "default").await;
-    l.modify(|s| s.acquire("a", "gone-node", now(), 1))
+    l.modify(|s| s.acquire("a", "gone-node", "boot-1", now(), 1))
         .await
         .unwrap();
     // The next request reclaims slots of nodes that no longer exist (here: none does).
     let (out, slots) = l
         .modify(|s| {
             let gone = s.reclaim(now(), 3600, |n| n != "gone-node");
-            (gone, s.acquire("b", "n2", now(), 1))
+            (gone, s.acquire("b", "n2", "boot-1", now(), 1))
         })
         .await
         .unwrap();
@@ -156,7 +168,7 @@ async fn two_hundred_nodes_reboot_through_one_group_never_more_than_three_at_onc
             loop {
                 requests += 1;
                 let (got, _) = l
-                    .modify(|s| s.acquire(&id, &node, now(), SLOTS))
+                    .modify(|s| s.acquire(&id, &node, "boot-1", now(), SLOTS))
                     .await
                     .unwrap();
                 if got == Acquire::Obtained {
@@ -212,7 +224,9 @@ async fn an_unreadable_holder_list_is_reclaimed_not_a_permanent_error() {
     use k8s_openapi::api::coordination::v1::Lease;
     let api = Double::start(Options::default()).await.unwrap();
     let l = lock(&api, "default").await;
-    l.modify(|s| s.acquire("a", "n1", now(), 1)).await.unwrap();
+    l.modify(|s| s.acquire("a", "n1", "boot-1", now(), 1))
+        .await
+        .unwrap();
     let kc = api
         .client_kubeconfig("system:node:sim", &["system:nodes"])
         .unwrap();
@@ -229,7 +243,10 @@ async fn an_unreadable_holder_list_is_reclaimed_not_a_permanent_error() {
         .await
         .unwrap();
     assert_eq!(l.read().await.unwrap(), Slots::default());
-    let (got, slots) = l.modify(|s| s.acquire("b", "n2", now(), 1)).await.unwrap();
+    let (got, slots) = l
+        .modify(|s| s.acquire("b", "n2", "boot-1", now(), 1))
+        .await
+        .unwrap();
     assert_eq!(got, Acquire::Obtained);
     assert!(slots.holds("n2"));
 }
