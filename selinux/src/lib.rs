@@ -2,7 +2,7 @@
 //! selinuxfs through the configured root), and labels on files (libselinux, never following
 //! symlinks).
 
-mod beneath;
+pub mod beneath;
 mod context;
 pub mod relabel;
 
