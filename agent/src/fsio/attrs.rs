@@ -1,5 +1,5 @@
 //! Changing what an existing file's metadata is, through a descriptor opened without following
-//! a symlink (`nodectl audit --fix`).
+//! a symlink, in its directory opened safely (`nodectl audit --fix`; see `at`).
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
@@ -21,10 +21,10 @@ impl Writer<'_> {
     /// Sets the mode of an existing file or directory through a descriptor opened without
     /// following a symlink (a link in its place is refused, never followed).
     pub fn set_mode(&self, node_path: &Path, mode: u32) -> Result<(), WriteError> {
-        let real = self.root.path(node_path);
-        let f = open_nofollow(&real).map_err(werr(&real, "open"))?;
+        let at = self.place(node_path)?;
+        let f = open_nofollow(&at.via).map_err(werr(&at.real, "open"))?;
         f.set_permissions(fs::Permissions::from_mode(mode))
-            .map_err(werr(&real, "chmod"))
+            .map_err(werr(&at.real, "chmod"))
     }
 
     /// Sets owner, group and mode of an existing file or directory through one descriptor opened
@@ -36,12 +36,12 @@ impl Writer<'_> {
         gid: u32,
         mode: u32,
     ) -> Result<(), WriteError> {
-        let real = self.root.path(node_path);
-        let f = open_nofollow(&real).map_err(werr(&real, "open"))?;
+        let at = self.place(node_path)?;
+        let f = open_nofollow(&at.via).map_err(werr(&at.real, "open"))?;
         use std::os::fd::AsRawFd;
         nix::unistd::fchown(f.as_raw_fd(), Some(uid.into()), Some(gid.into()))
-            .map_err(|e| werr(&real, "chown")(e.into()))?;
+            .map_err(|e| werr(&at.real, "chown")(e.into()))?;
         f.set_permissions(fs::Permissions::from_mode(mode))
-            .map_err(werr(&real, "chmod"))
+            .map_err(werr(&at.real, "chmod"))
     }
 }

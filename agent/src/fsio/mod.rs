@@ -4,6 +4,7 @@
 //! mislabeled one. Content that is already right is not rewritten; wrong metadata on right
 //! content is fixed in place.
 
+mod at;
 mod attrs;
 
 pub(crate) use attrs::open_nofollow;
@@ -17,6 +18,7 @@ use std::path::{Path, PathBuf};
 use nodectl_selinux::{Context, Labeler};
 
 use crate::root::Root;
+use at::Located;
 
 /// A file as it should be. `path` is the path on the node (the root is applied by [`Writer`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -254,20 +256,27 @@ impl<'a> Writer<'a> {
         Ok(d)
     }
 
-    /// The real path of a node path and its metadata (the entry itself, never a link's target);
-    /// `None` when it does not exist.
-    fn stat(&self, node_path: &Path) -> Result<(PathBuf, Option<fs::Metadata>), WriteError> {
-        let real = self.root.path(node_path);
-        match fs::symlink_metadata(&real) {
-            Ok(m) => Ok((real, Some(m))),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok((real, None)),
-            Err(e) => Err(werr(&real, "stat")(e)),
+    /// Where a node path is (its directory held open) and its metadata (the entry itself, never
+    /// a link's target); no metadata when it does not exist, no place when its directory does not.
+    fn stat(
+        &self,
+        node_path: &Path,
+    ) -> Result<Option<(Located, Option<fs::Metadata>)>, WriteError> {
+        let at = match at::locate(self.root, node_path) {
+            Ok(at) => at,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(werr(&self.root.path(node_path), "open its directory")(e)),
+        };
+        match fs::symlink_metadata(&at.via) {
+            Ok(m) => Ok(Some((at, Some(m)))),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Some((at, None))),
+            Err(e) => Err(werr(&at.real, "stat")(e)),
         }
     }
 
     /// What would change to make the file match `spec`. Reads only.
     pub fn check(&self, spec: &FileSpec) -> Result<Diff, WriteError> {
-        let (real, Some(meta)) = self.stat(&spec.path)? else {
+        let Some((at, Some(meta))) = self.stat(&spec.path)? else {
             return Ok(Diff::missing());
         };
         if !meta.file_type().is_file() {
@@ -278,11 +287,17 @@ impl<'a> Writer<'a> {
             });
         }
         let label = self.wanted_label(&spec.path, &spec.label, S_IFREG);
-        let mut d = self.meta_diff(&real, &meta, spec.mode, (spec.uid, spec.gid), label)?;
-        if meta.len() != spec.content.len() as u64
-            || fs::read(&real).map_err(werr(&real, "read"))? != spec.content
-        {
+        let mut d = self.meta_diff(&at.via, &meta, spec.mode, (spec.uid, spec.gid), label)?;
+        if meta.len() != spec.content.len() as u64 {
             d.content = true;
+        } else {
+            let mut have = Vec::with_capacity(spec.content.len());
+            attrs::open_nofollow(&at.via)
+                .and_then(|f| {
+                    io::Read::read_to_end(&mut io::Read::take(f, meta.len() + 1), &mut have)
+                })
+                .map_err(werr(&at.real, "read"))?;
+            d.content = have != spec.content;
         }
         Ok(d)
     }
@@ -293,66 +308,63 @@ impl<'a> Writer<'a> {
         if diff.is_empty() {
             return Ok(Outcome::Unchanged);
         }
-        let real = self.root.path(&spec.path);
         let label = self.wanted_label(&spec.path, &spec.label, S_IFREG);
         if !diff.missing && !diff.content {
-            // Right content, wrong metadata: fix in place. Tighten the mode first when the owner
-            // changes, so the file is never more open than either state.
+            // Right content, wrong metadata: fix in place, through one descriptor. Tighten the
+            // mode first when the owner changes, so the file is never more open than either.
+            let at = self.place(&spec.path)?;
+            let f = attrs::open_nofollow(&at.via).map_err(werr(&at.real, "open"))?;
             if diff.owner.is_some() {
-                fs::set_permissions(&real, fs::Permissions::from_mode(spec.mode & 0o700))
-                    .map_err(werr(&real, "chmod"))?;
-                chown_nofollow(&real, spec.uid, spec.gid)?;
+                f.set_permissions(fs::Permissions::from_mode(spec.mode & 0o700))
+                    .map_err(werr(&at.real, "chmod"))?;
+                fchown(&f, &at.real, spec.uid, spec.gid)?;
             }
             if let Some(l) = &label {
                 self.labeler
-                    .set_on_path(&real, l)
-                    .map_err(|e| label_err(&real, e))?;
+                    .set_on_fd(&f, &at.real, l)
+                    .map_err(|e| label_err(&at.real, e))?;
             }
-            fs::set_permissions(&real, fs::Permissions::from_mode(spec.mode))
-                .map_err(werr(&real, "chmod"))?;
+            f.set_permissions(fs::Permissions::from_mode(spec.mode))
+                .map_err(werr(&at.real, "chmod"))?;
             return Ok(Outcome::MetadataFixed);
         }
-        let dir = real
-            .parent()
-            .ok_or_else(|| werr(&real, "parent")(io::Error::other("no parent directory")))?;
-        if !dir.exists() {
+        if diff.missing {
             let parent = spec.path.parent().unwrap_or(Path::new("/"));
             self.create_parents(parent)?;
         }
-        let name = real.file_name().unwrap_or_default().to_string_lossy();
+        let at = self.place(&spec.path)?;
+        let dir = at.dir_via();
+        let name = spec.path.file_name().unwrap_or_default().to_string_lossy();
         // Born with its final label (setfscreatecon), then owner and mode, all before the first
         // byte of content.
         let tmp = self
             .labeler
-            .create_with(label.as_ref(), &real, || {
+            .create_with(label.as_ref(), &at.real, || {
                 tempfile::Builder::new()
                     .prefix(&format!(".{name}.nodectl-"))
-                    .tempfile_in(dir)
+                    .tempfile_in(&dir)
             })
-            .map_err(|e| label_err(dir, e))?;
+            .map_err(|e| label_err(&at.real, e))?;
         let f: &File = tmp.as_file();
         if let Some(l) = &label {
             self.labeler
-                .set_on_fd(f, tmp.path(), l)
-                .map_err(|e| label_err(tmp.path(), e))?;
+                .set_on_fd(f, &at.real, l)
+                .map_err(|e| label_err(&at.real, e))?;
         }
         if self.chown {
-            nix::unistd::fchown(
-                std::os::fd::AsRawFd::as_raw_fd(f),
-                Some(spec.uid.into()),
-                Some(spec.gid.into()),
-            )
-            .map_err(|e| werr(tmp.path(), "fchown")(e.into()))?;
+            fchown(f, &at.real, spec.uid, spec.gid)?;
         }
         f.set_permissions(fs::Permissions::from_mode(spec.mode))
-            .map_err(werr(tmp.path(), "fchmod"))?;
+            .map_err(werr(&at.real, "fchmod"))?;
         (&*f)
             .write_all(&spec.content)
-            .map_err(werr(tmp.path(), "write"))?;
-        f.sync_all().map_err(werr(tmp.path(), "fsync"))?;
-        tmp.persist(&real)
-            .map_err(|e| werr(&real, "rename")(e.error))?;
-        fsync_dir(dir)?;
+            .map_err(werr(&at.real, "write"))?;
+        f.sync_all().map_err(werr(&at.real, "fsync"))?;
+        // Both names through the held directory: the rename happens in it, wherever its path
+        // now leads.
+        tmp.persist(&at.via)
+            .map_err(|e| werr(&at.real, "rename")(e.error))?;
+        at.sync_dir().map_err(werr(&at.real, "fsync directory"))?;
         Ok(if diff.missing {
             Outcome::Created
         } else {
@@ -360,12 +372,18 @@ impl<'a> Writer<'a> {
         })
     }
 
+    /// Where `node_path` is; its directory must exist.
+    fn place(&self, node_path: &Path) -> Result<Located, WriteError> {
+        at::locate(self.root, node_path)
+            .map_err(|e| werr(&self.root.path(node_path), "open its directory")(e))
+    }
+
     /// Creates missing parent directories of a node path (0755 root, policy labels).
     fn create_parents(&self, node_dir: &Path) -> Result<(), WriteError> {
         let mut missing = Vec::new();
         let mut p = Some(node_dir);
         while let Some(d) = p {
-            if self.root.path(d).exists() {
+            if d == Path::new("/") || matches!(self.stat(d)?, Some((_, Some(_)))) {
                 break;
             }
             missing.push(d.to_path_buf());
@@ -380,56 +398,53 @@ impl<'a> Writer<'a> {
     /// What would change to make the directory match `spec`. Reads only; fails when something
     /// other than a directory is at the path.
     pub fn check_dir(&self, spec: &DirSpec) -> Result<Diff, WriteError> {
-        let (real, Some(meta)) = self.stat(&spec.path)? else {
+        let Some((at, Some(meta))) = self.stat(&spec.path)? else {
             return Ok(Diff::missing());
         };
         if !meta.is_dir() {
-            return Err(werr(&real, "check directory")(io::Error::other(
+            return Err(werr(&at.real, "check directory")(io::Error::other(
                 "exists and is not a directory; nodectl will not replace it",
             )));
         }
         let label = self.wanted_label(&spec.path, &spec.label, S_IFDIR);
-        self.meta_diff(&real, &meta, spec.mode, (spec.uid, spec.gid), label)
+        self.meta_diff(&at.via, &meta, spec.mode, (spec.uid, spec.gid), label)
     }
 
     /// Creates the directory (with its label, owner and mode set before it is used) or fixes its
-    /// metadata. Parents are created as needed.
+    /// metadata, through a descriptor. Parents are created as needed.
     pub fn ensure_dir(&self, spec: &DirSpec) -> Result<Outcome, WriteError> {
         let diff = self.check_dir(spec)?;
         if diff.is_empty() {
             return Ok(Outcome::Unchanged);
         }
-        let real = self.root.path(&spec.path);
         if diff.missing {
             if let Some(parent) = spec.path.parent() {
-                if !self.root.path(parent).exists() {
-                    self.create_parents(parent)?;
-                }
+                self.create_parents(parent)?;
             }
         }
+        let at = self.place(&spec.path)?;
         let label = self.wanted_label(&spec.path, &spec.label, S_IFDIR);
         if diff.missing {
             // Born with its label and 0700, so nothing can enter before its final metadata is set.
             self.labeler
-                .create_with(label.as_ref(), &real, || {
-                    fs::DirBuilder::new().mode(0o700).create(&real)
+                .create_with(label.as_ref(), &at.real, || {
+                    fs::DirBuilder::new().mode(0o700).create(&at.via)
                 })
-                .map_err(|e| label_err(&real, e))?;
+                .map_err(|e| label_err(&at.real, e))?;
         }
+        let d = attrs::open_nofollow(&at.via).map_err(werr(&at.real, "open directory"))?;
         if let Some(l) = &label {
             self.labeler
-                .set_on_path(&real, l)
-                .map_err(|e| label_err(&real, e))?;
+                .set_on_fd(&d, &at.real, l)
+                .map_err(|e| label_err(&at.real, e))?;
         }
         if self.chown {
-            chown_nofollow(&real, spec.uid, spec.gid)?;
+            fchown(&d, &at.real, spec.uid, spec.gid)?;
         }
-        fs::set_permissions(&real, fs::Permissions::from_mode(spec.mode))
-            .map_err(werr(&real, "chmod"))?;
+        d.set_permissions(fs::Permissions::from_mode(spec.mode))
+            .map_err(werr(&at.real, "chmod"))?;
         if diff.missing {
-            if let Some(parent) = real.parent() {
-                fsync_dir(parent)?;
-            }
+            at.sync_dir().map_err(werr(&at.real, "fsync directory"))?;
             Ok(Outcome::Created)
         } else {
             Ok(Outcome::MetadataFixed)
@@ -438,38 +453,30 @@ impl<'a> Writer<'a> {
 
     /// Removes a file (not a directory); `false` when it was not there.
     pub fn remove(&self, node_path: &Path) -> Result<bool, WriteError> {
-        let real = self.root.path(node_path);
-        match fs::remove_file(&real) {
+        let Some((at, _)) = self.stat(node_path)? else {
+            return Ok(false);
+        };
+        match fs::remove_file(&at.via) {
             Ok(()) => {
-                if let Some(parent) = real.parent() {
-                    fsync_dir(parent)?;
-                }
+                at.sync_dir().map_err(werr(&at.real, "fsync directory"))?;
                 Ok(true)
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
-            Err(e) => Err(werr(&real, "remove")(e)),
+            Err(e) => Err(werr(&at.real, "remove")(e)),
         }
     }
 }
 
 use std::os::unix::fs::DirBuilderExt;
 
-/// chown of the entry itself, never a symlink's target.
-fn chown_nofollow(real: &Path, uid: u32, gid: u32) -> Result<(), WriteError> {
-    nix::unistd::fchownat(
-        None,
-        real,
+/// chown through a descriptor (the entry itself, never a symlink's target).
+fn fchown(f: &File, real: &Path, uid: u32, gid: u32) -> Result<(), WriteError> {
+    nix::unistd::fchown(
+        std::os::fd::AsRawFd::as_raw_fd(f),
         Some(uid.into()),
         Some(gid.into()),
-        nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
     )
     .map_err(|e| werr(real, "chown")(e.into()))
-}
-
-fn fsync_dir(dir: &Path) -> Result<(), WriteError> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(werr(dir, "fsync directory"))
 }
 
 #[cfg(test)]
@@ -595,6 +602,55 @@ mod tests {
             e.contains("/etc/file") && e.contains("not a directory"),
             "{e}"
         );
+    }
+
+    /// Someone who owns a directory on the way (uid etcd owns /etc/ssl/etcd) swaps it for a
+    /// symlink to a directory outside, over and over, while nodectld writes, chmods and creates
+    /// in it: nothing outside is ever written, chmodded or created (issue 14, item 6).
+    #[test]
+    fn a_looping_symlink_swap_never_leads_a_write_outside() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let (d, root, l) = setup();
+        let w = Writer::new(&root, &l);
+        let outside = tempfile::tempdir().unwrap();
+        let victim = outside.path().join("peer.key");
+        fs::write(&victim, "host").unwrap();
+        fs::set_permissions(&victim, fs::Permissions::from_mode(0o644)).unwrap();
+        let etcd = d.path().join("etc/ssl/etcd/etcd");
+        fs::create_dir_all(&etcd).unwrap();
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let swapper = {
+            let (etcd, target, stop) = (etcd.clone(), outside.path().to_path_buf(), stop.clone());
+            std::thread::spawn(move || {
+                let aside = etcd.with_extension("real");
+                while !stop.load(Ordering::Relaxed) {
+                    let _ = fs::rename(&etcd, &aside);
+                    let _ = std::os::unix::fs::symlink(&target, &etcd);
+                    std::thread::yield_now();
+                    let _ = fs::remove_file(&etcd);
+                    let _ = fs::rename(&aside, &etcd);
+                }
+            })
+        };
+        let mut errors = 0;
+        for i in 0..3000 {
+            let spec = FileSpec::new("/etc/ssl/etcd/etcd/peer.key", format!("new {i}"), 0o600);
+            errors += usize::from(w.write(&spec).is_err());
+            let _ = w.set_mode(Path::new("/etc/ssl/etcd/etcd/peer.key"), 0o600);
+            let _ = w.ensure_dir(&DirSpec::new("/etc/ssl/etcd/etcd/sub", 0o700));
+            let _ = w.remove(Path::new("/etc/ssl/etcd/etcd/peer.key"));
+        }
+        stop.store(true, Ordering::Relaxed);
+        swapper.join().unwrap();
+        assert_eq!(fs::read_to_string(&victim).unwrap(), "host");
+        assert_eq!(fs::metadata(&victim).unwrap().mode() & 0o777, 0o644);
+        let names: Vec<_> = fs::read_dir(outside.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["peer.key"], "nothing created outside");
+        // (the swap did race the writes: some found a symlink where the directory was)
+        assert!(errors > 0, "the swap never raced a write");
     }
 
     #[test]

@@ -1,0 +1,190 @@
+//! Where a write happens: the directory of a node path, opened from the root without following a
+//! symlink someone else could have planted, and held open while the entry in it is changed.
+//!
+//! nodectld writes into trees that others may write (uid `etcd` owns `/etc/ssl/etcd`; a root
+//! container with a hostPath may write `/etc/kubernetes`). Each component of the directory is
+//! opened with `O_NOFOLLOW | O_DIRECTORY` relative to the one before; the entry is then reached
+//! through the held descriptor (`/proc/self/fd/<n>/<name>`, the directory itself whatever its
+//! path has become) and never followed when it is a symlink. A symlink among the directories is
+//! followed only at the top of the filesystem as the OS lays it out (a link directly in `/` or
+//! `/var`, owned by root: Fedora CoreOS's `/opt -> var/opt`, `/var/run -> ../run`), its target
+//! resolved the same way; anywhere deeper it is refused (`ELOOP`).
+
+use std::ffi::{CString, OsStr};
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Component, Path, PathBuf};
+
+use nodectl_selinux::beneath::{open_child_dir, open_dir_nofollow};
+
+use crate::root::Root;
+
+/// At most this many symlinks followed while opening one directory.
+const MAX_HOPS: usize = 8;
+
+/// A node path's directory, held open, and the entry's name in it.
+pub(super) struct Located {
+    dir: OwnedFd,
+    /// The path as the node sees it under the root (for messages).
+    pub(super) real: PathBuf,
+    /// The entry through the held directory (`/proc/self/fd/<n>/<name>`).
+    pub(super) via: PathBuf,
+}
+
+impl Located {
+    /// The held directory itself (`/proc/self/fd/<n>`).
+    pub(super) fn dir_via(&self) -> PathBuf {
+        PathBuf::from(format!("/proc/self/fd/{}", self.dir.as_raw_fd()))
+    }
+
+    /// fsync of the held directory (a rename or an unlink in it made durable).
+    pub(super) fn sync_dir(&self) -> io::Result<()> {
+        nix::unistd::fsync(self.dir.as_raw_fd()).map_err(io::Error::from)
+    }
+}
+
+/// Locates `node_path` (absolute) under `root`: its directory opened safely (see the module
+/// docs); `NotFound` when a directory on the way does not exist.
+pub(super) fn locate(root: &Root, node_path: &Path) -> io::Result<Located> {
+    let name = node_path
+        .file_name()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no file name"))?;
+    let parent = node_path.parent().unwrap_or(Path::new("/"));
+    let dir = open_node_dir(root, parent)?;
+    let via = PathBuf::from(format!("/proc/self/fd/{}", dir.as_raw_fd())).join(name);
+    Ok(Located {
+        dir,
+        real: root.path(node_path),
+        via,
+    })
+}
+
+/// Opens the node directory `node_dir` under `root` (see the module docs).
+fn open_node_dir(root: &Root, node_dir: &Path) -> io::Result<OwnedFd> {
+    let mut want = normal(node_dir)?;
+    for _ in 0..=MAX_HOPS {
+        match walk(root, &want)? {
+            Ok(fd) => return Ok(fd),
+            Err(next) => want = next,
+        }
+    }
+    Err(io::Error::from_raw_os_error(libc::ELOOP))
+}
+
+/// The normal components of an absolute node path (`..` refused).
+fn normal(p: &Path) -> io::Result<Vec<CString>> {
+    p.components()
+        .filter_map(|c| match c {
+            Component::Normal(n) => Some(cstr(n)),
+            Component::RootDir | Component::CurDir => None,
+            _ => Some(Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "`..` in a node path",
+            ))),
+        })
+        .collect()
+}
+
+fn cstr(n: &OsStr) -> io::Result<CString> {
+    CString::new(n.as_bytes()).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))
+}
+
+/// Opens the components one by one: the directory, or the path to resolve instead when an
+/// allowed symlink was met (its target, then the rest).
+fn walk(root: &Root, want: &[CString]) -> io::Result<Result<OwnedFd, Vec<CString>>> {
+    let mut cur = open_dir_nofollow(root.dir())?;
+    for (i, name) in want.iter().enumerate() {
+        match open_child_dir(cur.as_raw_fd(), name) {
+            Ok(fd) => cur = fd,
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ELOOP | libc::ENOTDIR)) => {
+                let next = follow(cur.as_raw_fd(), &want[..i], name, &want[i + 1..])?;
+                return Ok(Err(next));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(Ok(cur))
+}
+
+/// `name` in the directory `dir` (at node path `above`) is not a directory: when it is a symlink
+/// the OS laid out (in `/` or `/var`, root's), the node path to resolve instead; else `ELOOP`.
+fn follow(
+    dir: std::os::fd::RawFd,
+    above: &[CString],
+    name: &CString,
+    rest: &[CString],
+) -> io::Result<Vec<CString>> {
+    use nix::sys::stat::{fstatat, SFlag};
+    let st = fstatat(
+        Some(dir),
+        name.as_c_str(),
+        nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+    )
+    .map_err(io::Error::from)?;
+    let is_link = SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == SFlag::S_IFLNK;
+    let top = above.is_empty() || (above.len() == 1 && above[0].as_bytes() == b"var");
+    if !is_link {
+        return Err(io::Error::from_raw_os_error(libc::ENOTDIR));
+    }
+    if !top || st.st_uid != 0 {
+        return Err(io::Error::from_raw_os_error(libc::ELOOP));
+    }
+    let target = nix::fcntl::readlinkat(Some(dir), name.as_c_str()).map_err(io::Error::from)?;
+    let target = Path::new(&target);
+    let mut next: Vec<CString> = if target.is_absolute() {
+        Vec::new()
+    } else {
+        above.to_vec()
+    };
+    for c in target.components() {
+        match c {
+            Component::Normal(n) => next.push(cstr(n)?),
+            Component::ParentDir => {
+                next.pop();
+            }
+            _ => {}
+        }
+    }
+    next.extend_from_slice(rest);
+    Ok(next)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn top_level_os_links_are_followed_deeper_links_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let r = d.path();
+        std::fs::create_dir_all(r.join("var/opt/cni")).unwrap();
+        std::fs::create_dir_all(r.join("run/lock")).unwrap();
+        std::fs::create_dir_all(r.join("etc/ssl/outside")).unwrap();
+        std::os::unix::fs::symlink("var/opt", r.join("opt")).unwrap();
+        std::os::unix::fs::symlink("../run", r.join("var/run")).unwrap();
+        std::os::unix::fs::symlink("/etc/ssl/outside", r.join("etc/ssl/etcd")).unwrap();
+        let root = Root::new(r);
+        let me_root = nix::unistd::geteuid().is_root();
+        let l = locate(&root, Path::new("/opt/cni/x"));
+        let l2 = locate(&root, Path::new("/var/run/lock/y"));
+        if me_root {
+            let l = l.unwrap();
+            assert!(std::fs::write(&l.via, "a").is_ok());
+            assert!(r.join("var/opt/cni/x").is_file());
+            let l2 = l2.unwrap();
+            std::fs::write(&l2.via, "b").unwrap();
+            assert!(r.join("run/lock/y").is_file());
+        } else {
+            // (links not owned by root are not followed, even at the top)
+            assert!(l.is_err() && l2.is_err());
+        }
+        let e = locate(&root, Path::new("/etc/ssl/etcd/etcd/peer.key"))
+            .err()
+            .unwrap();
+        assert_eq!(e.raw_os_error(), Some(libc::ELOOP), "{e}");
+        assert!(locate(&root, Path::new("/etc/../x")).is_err());
+        let e = locate(&root, Path::new("/missing/dir/f")).err().unwrap();
+        assert_eq!(e.kind(), io::ErrorKind::NotFound);
+    }
+}
