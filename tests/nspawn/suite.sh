@@ -158,7 +158,8 @@ printf 'POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nfleet-lock-protocol: true\r\nCont
 cat <&3
 CLIENT
 fleetlock() { # PATH ID [PORT] -> the HTTP response
-  setpriv --reuid="${AS:-zincati}" --regid="${AS:-zincati}" --init-groups env GROUP="${GROUP:-default}" bash /tmp/fleetlock-client "$@"
+  local u=${AS:-zincati}
+  setpriv --reuid="$u" --regid="$(id -g "$u")" --init-groups env GROUP="${GROUP:-default}" bash /tmp/fleetlock-client "$@"
 }
 out=$(AS=nobody fleetlock /v1/pre-reboot "$id")
 check "a request from another uid (nobody) gets 403" grep -q '^HTTP/1.1 403' <<<"$out"
@@ -209,6 +210,34 @@ check "strategy off (the drop-in removed): coordination stops" wait_until 10 sh 
   'nodectl status --json | jq -e ".reboot == null"'
 check "and the endpoint is gone" sh -c '! (exec 3<>/dev/tcp/127.0.0.1/9456) 2>/dev/null'
 check "and the metrics have no reboot state" sh -c '! grep -q nodectl_reboot_state /run/nodectl/metrics/nodectl.prom'
+
+echo "## A directory nodectld writes in, swapped for a symlink over and over: nothing outside is touched"
+# (a root container with a hostPath on /etc/kubernetes could do this; issue 14, item 6)
+mkdir -p /root/outside && printf 'host\n' >/root/outside/kubelet.yaml && chmod 0640 /root/outside/kubelet.yaml
+before=$(cd /root/outside && stat -c '%n %a %u %s' * | sort)
+cat >/tmp/swap.sh <<'SWAP'
+while [ ! -e /tmp/swap.stop ]; do
+  mv /etc/kubernetes /etc/kubernetes.real 2>/dev/null && ln -s /root/outside /etc/kubernetes
+  rm -f /etc/kubernetes && mv /etc/kubernetes.real /etc/kubernetes 2>/dev/null
+done
+SWAP
+rm -f /tmp/swap.stop
+bash /tmp/swap.sh &
+swapper=$!
+# kubelet.yaml differs from what nodectld renders: every pass that gets through rewrites it.
+for _ in $(seq 30); do
+  printf 'changed\n' >/etc/kubernetes/kubelet.yaml 2>/dev/null
+  nodectl converge >/dev/null 2>&1
+done
+touch /tmp/swap.stop; wait $swapper
+[ -L /etc/kubernetes ] && rm -f /etc/kubernetes
+[ -d /etc/kubernetes.real ] && mv /etc/kubernetes.real /etc/kubernetes
+expect "the directory outside: same files, modes, owners and sizes" "$(cd /root/outside && stat -c '%n %a %u %s' * | sort)" "$before"
+expect "its kubelet.yaml keeps its content" "$(cat /root/outside/kubelet.yaml)" host
+nodectl converge >/dev/null
+check "the node converges again once the swapping stops" wait_until 20 sh -c \
+  'nodectl status --json | jq -e ".daemon.status_line == \"node converged\""'
+rm -rf /root/outside
 
 echo "## SIGHUP and config changes converge again; SIGTERM stops cleanly"
 passes=$(nodectl status --json | jq .daemon.passes)
