@@ -382,7 +382,13 @@ impl LeaseCoordinator {
                 }
             })
             .await
-            .map_err(|e| ReleaseError(e.to_string()))?;
+            .map_err(|e| {
+                ReleaseError(format!(
+                    "{e} (with the reboot-lease-policy a node frees only its own slot: an administrator removes another's entry with kubectl -n {} annotate lease <lease> {holder}{}-)",
+                    self.policy.namespace,
+                    super::lease::ENTRY_SUFFIX
+                ))
+            })?;
         let mut st = self.status.lock().expect("status");
         if st.group.as_deref() == Some(group) {
             st.holders = slots.holders;

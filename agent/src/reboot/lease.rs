@@ -1,9 +1,15 @@
 //! A group's reboot slots stored in a coordination.k8s.io/v1 Lease, so the lock lives in the
-//! cluster's own replicated store: `reboot-<group>` in one namespace, the holders (id, node,
-//! since, renewed) in the annotation [`HOLDERS`], `spec.holderIdentity` the first holder's node (for
-//! `kubectl get lease`), `spec.leaseTransitions` counting slots taken. Every change is a
-//! read-modify-write with the object's `resourceVersion`: two nodes racing for the last slot
-//! cannot both win (the loser gets 409 Conflict, reads again, and finds the group full).
+//! cluster's own replicated store: `reboot-<group>` in one namespace, one annotation per holder
+//! (`<node>.reboot-holders.nodectl.io/slot`, the holder as JSON: id, node, since, renewed, boot),
+//! `spec.holderIdentity` the first holder's node (for `kubectl get lease`),
+//! `spec.leaseTransitions` counting slots taken. Every change is a read-modify-write with the
+//! object's `resourceVersion`: two nodes racing for the last slot cannot both win (the loser gets
+//! 409 Conflict, reads again, and finds the group full).
+//!
+//! A node writes only its own entry: a reclaimed holder (stale, or its Node gone) is no longer
+//! counted but its entry stays until that node (or an administrator) removes it. So the
+//! ValidatingAdmissionPolicy in `packaging/kubernetes/reboot-lease-policy.yaml` can let each node
+//! add, change or remove only its own entry, whatever its credentials allow on the Lease.
 
 use std::time::Duration;
 
@@ -12,8 +18,13 @@ use kube::api::{Api, PostParams};
 
 use super::slots::Slots;
 
-/// The Lease annotation holding the group's slot holders, as JSON.
-pub const HOLDERS: &str = "nodectl.io/reboot-holders";
+/// The suffix of a holder's annotation key; the key is `<node>` followed by it.
+pub const ENTRY_SUFFIX: &str = ".reboot-holders.nodectl.io/slot";
+
+/// The annotation key of `node`'s entry.
+pub fn entry_key(node: &str) -> String {
+    format!("{node}{ENTRY_SUFFIX}")
+}
 /// Read-modify-write attempts before giving up on a contended Lease.
 const ATTEMPTS: u32 = 20;
 
@@ -74,11 +85,33 @@ pub(crate) fn lease_name(group: &str) -> String {
     }
 }
 
-fn slots_of(l: &Lease) -> Result<Slots, serde_json::Error> {
-    match l.metadata.annotations.as_ref().and_then(|a| a.get(HOLDERS)) {
-        None => Ok(Slots::default()),
-        Some(t) => serde_json::from_str(t),
+/// The holders stored in the Lease: every entry that parses and names the node of its key, in
+/// the order they took their slots; the others, by key.
+fn slots_of(l: &Lease) -> (Slots, Vec<String>) {
+    let mut slots = Slots::default();
+    let mut bad = Vec::new();
+    for (k, v) in l.metadata.annotations.iter().flatten() {
+        let Some(node) = k.strip_suffix(ENTRY_SUFFIX) else {
+            continue;
+        };
+        match serde_json::from_str::<super::slots::Holder>(v) {
+            Ok(h) if h.node == node => slots.holders.push(h),
+            _ => bad.push(k.clone()),
+        }
     }
+    slots
+        .holders
+        .sort_by(|a, b| (a.since, &a.node).cmp(&(b.since, &b.node)));
+    (slots, bad)
+}
+
+/// Every entry, counted or reclaimed, by node.
+fn entries(s: &Slots) -> std::collections::BTreeMap<&str, &super::slots::Holder> {
+    s.holders
+        .iter()
+        .chain(&s.reclaimed)
+        .map(|h| (h.node.as_str(), h))
+        .collect()
 }
 
 impl LeaseLock {
@@ -91,18 +124,19 @@ impl LeaseLock {
         }
     }
 
-    /// The stored slots; an unreadable holder list (every node may write the Lease) is treated
-    /// as empty, so its slots are reclaimed by the next write, and logged: a permanent error
-    /// would stop every reboot of the group.
+    /// The stored slots; an entry that does not parse (every node may write the Lease) is left
+    /// out, so its slot is free, and logged: a permanent error would stop every reboot of the
+    /// group.
     fn slots_or_reclaim(&self, l: &Lease) -> Slots {
-        slots_of(l).unwrap_or_else(|e| {
+        let (slots, bad) = slots_of(l);
+        for k in bad {
             tracing::warn!(
                 lease = %self.name,
                 namespace = %self.namespace,
-                "the Lease's holder list is unreadable ({e}); its slots are reclaimed"
+                "the Lease's entry {k} is unreadable; its slot is not counted"
             );
-            Slots::default()
-        })
+        }
+        slots
     }
 
     fn err(&self, e: impl std::fmt::Display) -> LeaseError {
@@ -154,14 +188,23 @@ impl LeaseLock {
                 .count() as i32;
             let mut lease = current.clone().unwrap_or_default();
             lease.metadata.name = Some(self.name.clone());
-            lease
+            let (was, now) = (entries(&before), entries(&slots));
+            let annotations = lease
                 .metadata
                 .annotations
-                .get_or_insert_with(Default::default)
-                .insert(
-                    HOLDERS.into(),
-                    serde_json::to_string(&slots).expect("slots serialize"),
-                );
+                .get_or_insert_with(Default::default);
+            for node in was.keys().chain(now.keys()) {
+                match (was.get(node), now.get(node)) {
+                    (a, Some(b)) if a != Some(b) => {
+                        let v = serde_json::to_string(b).expect("holder serializes");
+                        annotations.insert(entry_key(node), v);
+                    }
+                    (Some(_), None) => {
+                        annotations.remove(&entry_key(node));
+                    }
+                    _ => {}
+                }
+            }
             let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
             spec.holder_identity = slots.holders.first().map(|h| h.node.clone());
             spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0) + taken);
@@ -192,6 +235,34 @@ impl LeaseLock {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn entries_are_one_annotation_per_node_and_bad_ones_are_not_counted() {
+        let h = |node: &str, since| super::super::slots::Holder {
+            id: format!("id-{node}"),
+            node: node.into(),
+            since,
+            renewed: since,
+            boot: String::new(),
+        };
+        let mut l = Lease::default();
+        let a = l.metadata.annotations.get_or_insert_with(Default::default);
+        a.insert(entry_key("n2"), serde_json::to_string(&h("n2", 5)).unwrap());
+        a.insert(entry_key("n1"), serde_json::to_string(&h("n1", 9)).unwrap());
+        // An entry naming another node than its key's, and one that does not parse.
+        a.insert(entry_key("n3"), serde_json::to_string(&h("n4", 1)).unwrap());
+        a.insert(entry_key("n5"), "{".into());
+        a.insert("other.example.com/x".into(), "y".into());
+        let (slots, bad) = slots_of(&l);
+        let nodes: Vec<&str> = slots.holders.iter().map(|h| h.node.as_str()).collect();
+        assert_eq!(nodes, ["n2", "n1"], "in the order they took their slots");
+        assert_eq!(bad, [entry_key("n3"), entry_key("n5")]);
+        // A reclaimed holder stays among the entries written.
+        let mut s = slots.clone();
+        s.reclaim(10_000, 60, |_| true);
+        assert!(s.holders.is_empty());
+        assert_eq!(entries(&s).len(), 2);
+    }
 
     #[test]
     fn every_fleetlock_group_has_a_valid_lease_name_of_its_own() {

@@ -34,6 +34,10 @@ pub struct Holder {
 pub struct Slots {
     /// The current holders, in the order they took their slots.
     pub holders: Vec<Holder>,
+    /// Holders reclaimed by this request: no longer counted, but their entries stay in the
+    /// Lease (a node writes only its own entry there; see `lease`).
+    #[serde(skip)]
+    pub reclaimed: Vec<Holder>,
 }
 
 /// What asking for a slot gave.
@@ -157,6 +161,7 @@ impl Slots {
                 None => true,
             }
         });
+        self.reclaimed.extend(gone.iter().map(|(h, _)| h.clone()));
         gone
     }
 }

@@ -67,6 +67,10 @@ pub struct Options {
     /// The CA's key (PEM), to serve as the same CA across restarts (its certificate is made
     /// again from the same key and name, which is what a client's trust anchor holds).
     pub ca_key_pem: Option<String>,
+    /// The ValidatingAdmissionPolicy of `packaging/kubernetes/reboot-lease-policy.yaml` is
+    /// installed: a node may add, change or remove only its own reboot slot entry
+    /// (`<node>.reboot-holders.nodectl.io/slot`) in a Lease.
+    pub reboot_lease_policy: bool,
 }
 
 impl Default for Options {
@@ -76,6 +80,7 @@ impl Default for Options {
             signing_duration: Duration::from_secs(72 * 3600),
             approval: Approval::Auto,
             ca_key_pem: None,
+            reboot_lease_policy: false,
         }
     }
 }
@@ -822,6 +827,30 @@ fn is_dns_subdomain(s: &str) -> bool {
         })
 }
 
+/// The ValidatingAdmissionPolicy `nodectl-reboot-lease-entries`
+/// (packaging/kubernetes/reboot-lease-policy.yaml), as the API server would evaluate its two
+/// CEL validations for a request from `system:node:<name>`: every entry key
+/// (`*.reboot-holders.nodectl.io/slot`) added or changed, and every one removed, is the node's
+/// own. Other users (administrators) are not matched.
+fn lease_entries_policy(user: &User, old: Option<&Value>, new: &Value) -> Result<(), &'static str> {
+    const SUFFIX: &str = ".reboot-holders.nodectl.io/slot";
+    let Some(me) = user.name.strip_prefix("system:node:") else {
+        return Ok(());
+    };
+    let own = format!("{me}{SUFFIX}");
+    let empty = serde_json::Map::new();
+    let old = old.and_then(Value::as_object).unwrap_or(&empty);
+    let new = new.as_object().unwrap_or(&empty);
+    let entry = |k: &String| k.ends_with(SUFFIX) && *k != own;
+    if new.iter().any(|(k, v)| entry(k) && old.get(k) != Some(v)) {
+        return Err("a node may add or change only its own reboot slot entry");
+    }
+    if old.keys().any(|k| entry(k) && !new.contains_key(k)) {
+        return Err("a node may remove only its own reboot slot entry");
+    }
+    Ok(())
+}
+
 /// Leases: get, create (409 AlreadyExists, 422 for a name the API server would not accept), update with optimistic concurrency (409 Conflict on a
 /// stale `metadata.resourceVersion`), as the API server does. Nodes and admins only.
 async fn leases(
@@ -863,6 +892,7 @@ async fn leases(
         )
     };
     let creating = method == Method::POST;
+    let policy = inner.opts.lock().expect("opts").reboot_lease_policy;
     let mut st = inner.state.lock().expect("state");
     match (method, name) {
         (Method::GET, Some(n)) => match st.leases.get(&(ns, n.clone())) {
@@ -910,6 +940,21 @@ async fn leases(
                     }
                 }
                 (None, true) => {}
+            }
+            if policy {
+                let old = st
+                    .leases
+                    .get(&key)
+                    .map(|l| l["metadata"]["annotations"].clone());
+                if let Err(m) =
+                    lease_entries_policy(user, old.as_ref(), &obj["metadata"]["annotations"])
+                {
+                    return fail(
+                        StatusCode::UNPROCESSABLE_ENTITY,
+                        "Invalid",
+                        &format!("leases.coordination.k8s.io \"{n}\" is forbidden: ValidatingAdmissionPolicy 'nodectl-reboot-lease-entries' with binding 'nodectl-reboot-lease-entries' denied request: {m}"),
+                    );
+                }
             }
             st.rv += 1;
             obj["metadata"]["resourceVersion"] = json!(st.rv.to_string());

@@ -63,6 +63,7 @@ async fn main() -> anyhow::Result<()> {
             }
             _ => None,
         },
+        ..Options::default()
     };
     let double = Double::start_on(args.listen, opts).await?;
     if let Some(p) = args.ca_key.as_ref().filter(|p| !p.exists()) {

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use nodectl::reboot::lease::{LeaseLock, HOLDERS};
+use nodectl::reboot::lease::{entry_key, LeaseLock, ENTRY_SUFFIX};
 use nodectl::reboot::slots::{Acquire, Release, Slots};
 use nodectl_apiserver_double::{Double, Options};
 
@@ -26,11 +26,19 @@ async fn lock(api: &Double, group: &str) -> LeaseLock {
     LeaseLock::new(common::client_for(&kc).await, "nodectl-reboot", group)
 }
 
+/// The holders each stored version shows (one annotation per holder).
 fn holders_in(history: &[serde_json::Value]) -> Vec<Slots> {
     history
         .iter()
-        .map(|l| {
-            serde_json::from_str(l["metadata"]["annotations"][HOLDERS].as_str().unwrap()).unwrap()
+        .map(|l| Slots {
+            holders: l["metadata"]["annotations"]
+                .as_object()
+                .into_iter()
+                .flatten()
+                .filter(|(k, _)| k.ends_with(ENTRY_SUFFIX))
+                .map(|(_, v)| serde_json::from_str(v.as_str().unwrap()).unwrap())
+                .collect(),
+            ..Slots::default()
         })
         .collect()
 }
@@ -237,7 +245,7 @@ async fn an_unreadable_holder_list_is_reclaimed_not_a_permanent_error() {
         .metadata
         .annotations
         .get_or_insert_with(Default::default)
-        .insert(HOLDERS.into(), "{not json".into());
+        .insert(entry_key("n1"), "{not json".into());
     leases
         .replace("reboot-default", &Default::default(), &lease)
         .await
@@ -249,4 +257,76 @@ async fn an_unreadable_holder_list_is_reclaimed_not_a_permanent_error() {
         .unwrap();
     assert_eq!(got, Acquire::Obtained);
     assert!(slots.holds("n2"));
+}
+
+/// With the ValidatingAdmissionPolicy of packaging/kubernetes/reboot-lease-policy.yaml (modelled
+/// by the double), a node adds, changes and removes only its own entry: it cannot free another's
+/// slot nor take one in another's name, and a stale holder it reclaims is only left uncounted
+/// (issue 14, item 7).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_lease_policy_a_node_writes_only_its_own_entry() {
+    let api = Double::start(Options {
+        reboot_lease_policy: true,
+        ..Options::default()
+    })
+    .await
+    .unwrap();
+    let as_node = |n: &str| {
+        api.client_kubeconfig(&format!("system:node:{n}"), &["system:nodes"])
+            .unwrap()
+    };
+    let a = LeaseLock::new(
+        common::client_for(&as_node("a")).await,
+        "nodectl-reboot",
+        "default",
+    );
+    let b = LeaseLock::new(
+        common::client_for(&as_node("b")).await,
+        "nodectl-reboot",
+        "default",
+    );
+    let (got, _) = a
+        .modify(|s| s.acquire("ida", "a", "boot-a", 100, 1))
+        .await
+        .unwrap();
+    assert_eq!(got, Acquire::Obtained);
+    // b can neither free a's slot...
+    let e = b.modify(|s| s.release("a")).await.unwrap_err().to_string();
+    assert!(
+        e.contains("a node may remove only its own reboot slot entry"),
+        "{e}"
+    );
+    // ...nor take one in another's name...
+    let e = b
+        .modify(|s| s.acquire("idc", "c", "boot-c", now(), 2))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("a node may add or change only its own"), "{e}");
+    assert!(a.read().await.unwrap().holds("a"));
+    // ...but takes the slot of a stale holder: a's entry stays, uncounted.
+    let (got, slots) = b
+        .modify(|s| {
+            s.reclaim(now(), 3600, |_| true);
+            s.acquire("idb", "b", "boot-b", now(), 1)
+        })
+        .await
+        .unwrap();
+    assert_eq!(got, Acquire::Obtained);
+    assert!(slots.holds("b") && !slots.holds("a"));
+    let stored = b.read().await.unwrap();
+    let nodes: Vec<&str> = stored.holders.iter().map(|h| h.node.as_str()).collect();
+    assert_eq!(nodes, ["a", "b"], "a's entry is left to a");
+    // a, back, releases its own.
+    let (r, _) = a.modify(|s| s.release("a")).await.unwrap();
+    assert_eq!(r, Release::Released);
+    // An administrator (not matched by the policy) frees anyone's.
+    let admin = LeaseLock::new(
+        common::client_for(&api.client_kubeconfig("admin", &["system:masters"]).unwrap()).await,
+        "nodectl-reboot",
+        "default",
+    );
+    let (r, _) = admin.modify(|s| s.release("b")).await.unwrap();
+    assert_eq!(r, Release::Released);
+    assert!(admin.read().await.unwrap().holders.is_empty());
 }
