@@ -307,7 +307,6 @@ fn every_controller_finding_is_reported() {
 /// pods still read them and nobody else does; nodectld's own layout has no finding.
 #[test]
 fn a_typhoon_controller_is_fixed_without_locking_out_its_control_plane() {
-    use std::os::unix::fs::MetadataExt;
     let d = node("[node]\nrole = \"controller\"\nname = \"controller-0\"\n");
     let r = d.path();
     put(
@@ -334,22 +333,14 @@ fn a_typhoon_controller_is_fixed_without_locking_out_its_control_plane() {
     if !nix::unistd::geteuid().is_root() {
         return; // chown needs root (CI runs as root)
     }
-    let (_, _, err) = nodectl(r, &["audit", "--fix"]);
-    for (p, mode) in [
-        ("etc/kubernetes/pki", 0o700),
-        ("etc/kubernetes/pki/apiserver.key", 0o600),
-        ("etc/kubernetes/pki/admin.conf", 0o600),
-    ] {
-        let m = std::fs::metadata(r.join(p)).unwrap();
-        assert_eq!(
-            (m.uid(), m.gid(), m.mode() & 0o777),
-            (65534, 65534, mode),
-            "{p}: {err}"
-        );
-    }
-    let (rc, out, _) = nodectl(r, &["audit", "--json"]);
-    assert_eq!(ids(&out), Vec::<String>::new(), "{out}");
-    assert_eq!(rc, 0);
+    fixed_for_the_control_plane(
+        r,
+        &[
+            ("etc/kubernetes/pki", 0o700),
+            ("etc/kubernetes/pki/apiserver.key", 0o600),
+            ("etc/kubernetes/pki/admin.conf", 0o600),
+        ],
+    );
 }
 
 /// nodectl's controller layout before issue 13 (keys and kubeconfigs root's, 0600 in a 0700
@@ -357,7 +348,6 @@ fn a_typhoon_controller_is_fixed_without_locking_out_its_control_plane() {
 /// `--fix` gives them to that uid without opening them to anyone else.
 #[test]
 fn a_control_plane_locked_out_of_its_keys_is_reported_and_fixed() {
-    use std::os::unix::fs::MetadataExt;
     let d = node("[node]\nrole = \"controller\"\nname = \"controller-0\"\n");
     let r = d.path();
     put(
@@ -408,16 +398,26 @@ fn a_control_plane_locked_out_of_its_keys_is_reported_and_fixed() {
     if !nix::unistd::geteuid().is_root() {
         return; // chown needs root (CI runs as root)
     }
+    fixed_for_the_control_plane(
+        r,
+        &[
+            ("etc/kubernetes/pki", 0o700),
+            ("etc/kubernetes/pki/apiserver.key", 0o600),
+            ("etc/kubernetes/pki/scheduler.conf", 0o600),
+        ],
+    );
+}
+
+/// `nodectl audit --fix` (as root) gives each of `want` to the control plane's uid and gid
+/// (65534, its static pods' `runAsUser`) with its mode, and the audit then finds nothing.
+fn fixed_for_the_control_plane(r: &Path, want: &[(&str, u32)]) {
+    use std::os::unix::fs::MetadataExt;
     let (_, _, err) = nodectl(r, &["audit", "--fix"]);
-    for (p, mode) in [
-        ("etc/kubernetes/pki", 0o700),
-        ("etc/kubernetes/pki/apiserver.key", 0o600),
-        ("etc/kubernetes/pki/scheduler.conf", 0o600),
-    ] {
+    for (p, mode) in want {
         let m = std::fs::metadata(r.join(p)).unwrap();
         assert_eq!(
             (m.uid(), m.gid(), m.mode() & 0o777),
-            (65534, 65534, mode),
+            (65534, 65534, *mode),
             "{p}: {err}"
         );
     }

@@ -4,6 +4,8 @@
 //! key, a certificate the server refuses (401 -> bootstrap token), a denied request (no retry
 //! until an operator acts).
 
+mod common;
+
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
@@ -493,21 +495,6 @@ async fn a_controller_pass_never_waits_for_the_api() {
         .contains("--kubeconfig=/var/lib/kubelet/kubeconfig"));
 }
 
-/// A PEM block from a kubeconfig's base64 `*-data` field.
-fn kubeconfig_data(kubeconfig: &str, field: &str) -> String {
-    use base64::Engine as _;
-    let b64 = kubeconfig
-        .lines()
-        .find_map(|l| l.trim().strip_prefix(&format!("{field}: ")))
-        .unwrap();
-    String::from_utf8(
-        base64::engine::general_purpose::STANDARD
-            .decode(b64)
-            .unwrap(),
-    )
-    .unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubelets_own_rotation_in_the_seeded_store_is_adopted_without_a_request_or_restart() {
     let api = Double::start(Options {
@@ -520,25 +507,12 @@ async fn kubelets_own_rotation_in_the_seeded_store_is_adopted_without_a_request_
     node.pass(false).await;
     let first = node.held();
     let restarts = node.calls()["restart"].as_u64().unwrap_or(0);
-    // kubelet (rotateCertificates: true) rotates in the same store, as client-go's fileStore
-    // does (util/certificate/certificate_store.go Update): the chain and key in a new
-    // timestamped file, then a `kubelet-client-updated.pem` link renamed over the current one.
+    // kubelet (rotateCertificates: true) rotates in the same store (common::kubelet_rotates).
     let kc = api
         .client_kubeconfig("system:node:worker-1", &["system:nodes"])
         .unwrap();
     let pki = node.root.path("/var/lib/kubelet/pki");
-    let file = "/var/lib/kubelet/pki/kubelet-client-2099-01-01-00-00-00.pem";
-    std::fs::write(
-        node.root.path(file),
-        kubeconfig_data(&kc, "client-certificate-data") + &kubeconfig_data(&kc, "client-key-data"),
-    )
-    .unwrap();
-    std::os::unix::fs::symlink(file, pki.join("kubelet-client-updated.pem")).unwrap();
-    std::fs::rename(
-        pki.join("kubelet-client-updated.pem"),
-        pki.join("kubelet-client-current.pem"),
-    )
-    .unwrap();
+    let file = common::kubelet_rotates(node.root.dir(), &kc);
 
     let r = node.pass(false).await;
     let st = step(&r, "kubelet-credentials");

@@ -241,29 +241,7 @@ async fn daemon_serves_status_and_wakes_on_events() {
     let kc = api
         .client_kubeconfig("system:node:w1", &["system:nodes"])
         .unwrap();
-    let data = |field: &str| {
-        use base64::Engine as _;
-        let b64 = kc
-            .lines()
-            .find_map(|l| l.trim().strip_prefix(&format!("{field}: ")))
-            .unwrap();
-        base64::engine::general_purpose::STANDARD
-            .decode(b64)
-            .unwrap()
-    };
-    let pki = root.join("var/lib/kubelet/pki");
-    let rotated = [data("client-certificate-data"), data("client-key-data")].concat();
-    std::fs::write(pki.join("kubelet-client-2099-01-01-00-00-00.pem"), rotated).unwrap();
-    std::os::unix::fs::symlink(
-        "/var/lib/kubelet/pki/kubelet-client-2099-01-01-00-00-00.pem",
-        pki.join("kubelet-client-updated.pem"),
-    )
-    .unwrap();
-    std::fs::rename(
-        pki.join("kubelet-client-updated.pem"),
-        pki.join("kubelet-client-current.pem"),
-    )
-    .unwrap();
+    common::kubelet_rotates(root, &kc);
     let v = until(
         &bus,
         "status shows the certificate kubelet rotated to",

@@ -49,6 +49,25 @@ async fn client(api: &Double, user: &str) -> kube::Client {
     nodectl::kubeconfig::client(kc, false).await.unwrap()
 }
 
+/// flatcar-1's coordinator (kubelet active), in boot `boot` (`None`: this machine's).
+async fn flatcar_1(api: &Double, boot: Option<&str>) -> Arc<LeaseCoordinator> {
+    let c = client(api, "system:node:flatcar-1").await;
+    let mut coordinator = LeaseCoordinator::new(
+        Arc::new(move || {
+            let c = c.clone();
+            async move { Ok(c) }.boxed()
+        }),
+        "flatcar-1",
+        "flatcar-1",
+        Policy::default(),
+        Arc::new(|| async { true }.boxed()),
+    );
+    if let Some(b) = boot {
+        coordinator = coordinator.with_boot_id(b);
+    }
+    Arc::new(coordinator)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_update_waiting_for_reboot_takes_a_slot_drains_and_reboots_through_logind() {
     let bus = common::Bus::start();
@@ -77,17 +96,7 @@ async fn an_update_waiting_for_reboot_takes_a_slot_drains_and_reboots_through_lo
         .await
         .unwrap();
 
-    let c = client(&api, "system:node:flatcar-1").await;
-    let coordinator = Arc::new(LeaseCoordinator::new(
-        Arc::new(move || {
-            let c = c.clone();
-            async move { Ok(c) }.boxed()
-        }),
-        "flatcar-1",
-        "flatcar-1",
-        Policy::default(),
-        Arc::new(|| async { true }.boxed()),
-    ));
+    let coordinator = flatcar_1(&api, None).await;
     let agent_conn = zbus::connection::Builder::address(bus.address.as_str())
         .build()
         .await
@@ -153,20 +162,7 @@ async fn an_update_waiting_for_reboot_takes_a_slot_drains_and_reboots_through_lo
 
     // After the boot (another boot id): not Ready yet keeps the slot; Ready releases it and
     // uncordons.
-    let c = client(&api, "system:node:flatcar-1").await;
-    let coordinator = Arc::new(
-        LeaseCoordinator::new(
-            Arc::new(move || {
-                let c = c.clone();
-                async move { Ok(c) }.boxed()
-            }),
-            "flatcar-1",
-            "flatcar-1",
-            Policy::default(),
-            Arc::new(|| async { true }.boxed()),
-        )
-        .with_boot_id("after-the-reboot"),
-    );
+    let coordinator = flatcar_1(&api, Some("after-the-reboot")).await;
     let follower = Arc::new(Follower {
         coordinator: coordinator.clone(),
         params: follower.params.clone(),

@@ -56,3 +56,32 @@ impl Drop for Bus {
         let _ = self.child.wait();
     }
 }
+
+/// kubelet (`rotateCertificates: true`) rotating its client certificate in the store nodectld
+/// seeded under `root`, as client-go's fileStore does (util/certificate/certificate_store.go
+/// `Update`): the chain and key of `kubeconfig` (a client kubeconfig with `*-data` fields) in a
+/// new timestamped file, then a `kubelet-client-updated.pem` link renamed over
+/// `kubelet-client-current.pem`. Returns the node path of the new file.
+pub fn kubelet_rotates(root: &Path, kubeconfig: &str) -> &'static str {
+    use base64::Engine as _;
+    let data = |field: &str| {
+        let b64 = kubeconfig
+            .lines()
+            .find_map(|l| l.trim().strip_prefix(&format!("{field}: ")))
+            .unwrap();
+        base64::engine::general_purpose::STANDARD
+            .decode(b64)
+            .unwrap()
+    };
+    const FILE: &str = "/var/lib/kubelet/pki/kubelet-client-2099-01-01-00-00-00.pem";
+    let pki = root.join("var/lib/kubelet/pki");
+    let rotated = [data("client-certificate-data"), data("client-key-data")].concat();
+    std::fs::write(root.join(FILE.trim_start_matches('/')), rotated).unwrap();
+    std::os::unix::fs::symlink(FILE, pki.join("kubelet-client-updated.pem")).unwrap();
+    std::fs::rename(
+        pki.join("kubelet-client-updated.pem"),
+        pki.join("kubelet-client-current.pem"),
+    )
+    .unwrap();
+    FILE
+}
