@@ -38,9 +38,7 @@ impl Writer<'_> {
     ) -> Result<(), WriteError> {
         let at = self.place(node_path)?;
         let f = open_nofollow(&at.via).map_err(werr(&at.real, "open"))?;
-        use std::os::fd::AsRawFd;
-        nix::unistd::fchown(f.as_raw_fd(), Some(uid.into()), Some(gid.into()))
-            .map_err(|e| werr(&at.real, "chown")(e.into()))?;
+        super::fchown(&f, &at.real, uid, gid)?;
         f.set_permissions(fs::Permissions::from_mode(mode))
             .map_err(werr(&at.real, "chmod"))
     }

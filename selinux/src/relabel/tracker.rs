@@ -82,20 +82,20 @@ impl Tracker {
         &self.exclude
     }
 
-    /// The directory `dir` of the tree, opened from the top without following symlinks.
-    fn open_in_tree(&self, dir: &Path) -> io::Result<OwnedFd> {
-        let rel = dir
-            .strip_prefix(&self.top)
-            .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-        let top = crate::beneath::open_dir_nofollow(&self.top)?;
-        crate::beneath::open_dir_beneath(top.as_raw_fd(), rel)
-    }
-
-    fn watch(&mut self, dir: &Path) {
+    /// Watches the directory `dir` of the tree, opened from the tree's top `top` (held open by
+    /// the caller, once for all the directories it watches) without following symlinks.
+    fn watch(&mut self, top: &io::Result<OwnedFd>, dir: &Path) {
         if self.watched.contains(dir) {
             return;
         }
-        let added = self.open_in_tree(dir).and_then(|fd| {
+        let opened = match (top, dir.strip_prefix(&self.top)) {
+            (Ok(top), Ok(rel)) => crate::beneath::open_dir_beneath(top.as_raw_fd(), rel),
+            (Err(e), _) => Err(e
+                .raw_os_error()
+                .map_or_else(|| io::Error::from(e.kind()), io::Error::from_raw_os_error)),
+            (_, Err(_)) => Err(io::Error::from(io::ErrorKind::InvalidInput)),
+        };
+        let added = opened.and_then(|fd| {
             let via_fd = format!("/proc/self/fd/{}", fd.as_raw_fd());
             self.ino
                 .add_watch(via_fd.as_str(), WATCH)
@@ -278,8 +278,12 @@ impl Tracker {
         } else {
             // Watched once their labels are written (a dry run that found nothing to write is
             // not followed by an apply: watch now).
-            for d in std::mem::take(&mut self.pending_dirs) {
-                self.watch(&d);
+            let pending = std::mem::take(&mut self.pending_dirs);
+            if !pending.is_empty() {
+                let top = crate::beneath::open_dir_nofollow(&self.top);
+                for d in pending {
+                    self.watch(&top, &d);
+                }
             }
             // Our own writes' events are not changes to look at again.
             self.drain();
