@@ -211,6 +211,21 @@ check "strategy off (the drop-in removed): coordination stops" wait_until 10 sh 
 check "and the endpoint is gone" sh -c '! (exec 3<>/dev/tcp/127.0.0.1/9456) 2>/dev/null'
 check "and the metrics have no reboot state" sh -c '! grep -q nodectl_reboot_state /run/nodectl/metrics/nodectl.prom'
 
+echo "## A malformed bootstrap kubeconfig: its error never quotes the token (status, journal, metrics)"
+cp /etc/kubernetes/kubeconfig /root/kubeconfig.good
+printf 'apiVersion: v1\nusers:\n- name: kubelet\n  user:\n    token: "abcdef.0123456789abcdef\n' >/etc/kubernetes/kubeconfig.tmp
+mv /etc/kubernetes/kubeconfig.tmp /etc/kubernetes/kubeconfig
+nodectl converge >/dev/null 2>&1
+check "a step reports the malformed kubeconfig by file and position" wait_until 10 sh -c \
+  'nodectl status --json | jq -r "[.steps[] | .error // empty] | join(\"\n\")" | grep -q "/etc/kubernetes/kubeconfig: not"'
+nodectl status --json | jq -r '.steps[] | .error // empty' | grep kubeconfig | head -1 | sed 's/^/  | /'
+check "no token in status (JSON)" sh -c '! nodectl status --json | grep -q 0123456789abcdef'
+check "no token in status (text)" sh -c '! nodectl status | grep -q 0123456789abcdef'
+check "no token in nodectld's journal" sh -c '! journalctl -u nodectld -o verbose | grep -q 0123456789abcdef'
+check "no token in the metrics" sh -c '! grep -q 0123456789abcdef /run/nodectl/metrics/nodectl.prom'
+mv /root/kubeconfig.good /etc/kubernetes/kubeconfig
+nodectl converge >/dev/null
+
 echo "## A directory nodectld writes in, swapped for a symlink over and over: nothing outside is touched"
 # (a root container with a hostPath on /etc/kubernetes could do this; issue 14, item 6)
 mkdir -p /root/outside && printf 'host\n' >/root/outside/kubelet.yaml && chmod 0640 /root/outside/kubelet.yaml
