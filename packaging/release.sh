@@ -1,0 +1,64 @@
+#!/bin/bash
+# release.sh [VERSION [OUTDIR]]: everything a nodectl release ships, from this checkout:
+#   OUTDIR/bin/{nodectld,nodectl}          release binaries (stripped), ELF-checked (check-elf.sh)
+#   OUTDIR/flatcar/nodectl-VERSION-x86-64.raw  sysext, squashfs   + OUTDIR/flatcar/SHA256SUMS
+#   OUTDIR/fcos/nodectl-VERSION-x86-64.raw     sysext, erofs+SELinux + OUTDIR/fcos/SHA256SUMS
+#   OUTDIR/butane/{fcos,flatcar}-{controller,worker}.bu   the templates with the release's
+#     version, URL and image hashes (other variables: butane/example.vars, or VARS=file)
+#   OUTDIR/ignition/*.ign                  each rendered to Ignition, checked (spec types, no
+#     unknown key; Debian's ignition-validate for spec 3.3.0) and compared with its Butane
+#   OUTDIR/SHA256SUMS                      every file above
+# VERSION defaults to the workspace's (the binaries report it; another is refused). OUTDIR
+# defaults to dist/. NODECTL_URL: where OUTDIR is published (default a placeholder host).
+# Per-OS SHA256SUMS are what systemd-sysupdate's url-file source reads.
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+cd "$repo"
+cargo_version=$(sed -n '/^\[workspace.package\]/,/^\[/s/^version = "\(.*\)"/\1/p' Cargo.toml)
+version=${1:-$cargo_version}
+out=$(realpath -m "${2:-dist}")
+[ "$version" = "$cargo_version" ] || { echo "release.sh: VERSION $version is not the workspace version $cargo_version (Cargo.toml), which the binaries report" >&2; exit 2; }
+url=${NODECTL_URL:-https://downloads.example.com/nodectl/$version}
+vars_in=${VARS:-packaging/butane/example.vars}
+step() { echo "== release.sh: $*"; }
+
+step "build (release, --locked)"
+cargo build --release --locked -q -p nodectl --bins
+cargo build --release --locked -q -p nodectl-butane
+tool=target/release/nodectl-butane
+rm -rf "$out" && mkdir -p "$out/bin" "$out/butane" "$out/ignition"
+for b in nodectld nodectl; do strip -o "$out/bin/$b" "target/release/$b"; done
+ls -l "$out/bin" | sed 1d
+
+step "ELF: libraries and glibc versions Fedora CoreOS and Flatcar have"
+packaging/check-elf.sh "$out/bin/nodectld" "$out/bin/nodectl"
+
+step "systemd-sysext images"
+packaging/sysext/build.sh "$version" "$out/bin" "$out"
+for os in flatcar fcos; do (cd "$out/$os" && sha256sum -- *.raw >SHA256SUMS); done
+
+step "Butane and Ignition"
+vars=$(mktemp) && trap 'rm -f "$vars"' EXIT
+{ cat "$vars_in"; echo "nodectl_version=$version"; echo "nodectl_url=$url"
+  for os in flatcar fcos; do
+    echo "nodectl_sysext_${os}_sha512=$(sha512sum "$out/$os/nodectl-$version-x86-64.raw" | cut -d' ' -f1)"
+  done; } >"$vars"
+files_dir=${FILES_DIR:-docs/examples}
+for t in packaging/butane/*.bu; do
+  n=$(basename "$t" .bu)
+  "$tool" render "$vars" "$t" "$out/butane/$n.bu"
+  "$tool" translate "$files_dir" "$out/butane/$n.bu" "$out/ignition/$n.ign"
+  "$tool" compare "$files_dir" "$out/butane/$n.bu" "$out/ignition/$n.ign"
+done
+"$tool" check "$out"/ignition/*.ign
+command -v ignition-validate >/dev/null || { echo "release.sh: ignition-validate not found (Debian: ignition; tests/vm/setup-host.sh installs it)" >&2; exit 2; }
+for f in "$out"/ignition/*.ign; do
+  grep -q '"version": "3.3.0"' "$f" || continue
+  # it exits 0 on an unknown key (a warning): any output is a failure
+  said=$(ignition-validate "$f" 2>&1) && [ -z "$said" ] || { echo "ignition-validate: $f: ${said:-failed}" >&2; exit 1; }
+  echo "ignition-validate: $f: ok"
+done
+
+step "SHA256SUMS"
+(cd "$out" && find . -type f ! -name SHA256SUMS -printf '%P\n' | LC_ALL=C sort | xargs sha256sum >SHA256SUMS)
+echo "release.sh: nodectl $version in $out ($(wc -l <"$out/SHA256SUMS") files)"

@@ -1,0 +1,158 @@
+//! The Butane templates nodectl ships (packaging/butane/*.bu), rendered with the example
+//! values and stand-in release values, translated, checked by the upstream spec types and by
+//! Debian's `ignition-validate` (spec 3.3.0), and compared field by field; and each kind of
+//! breakage those checks exist for is shown to fail them.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn rendered(template: &Path) -> String {
+    let mut vars = std::fs::read_to_string(repo().join("packaging/butane/example.vars")).unwrap();
+    vars.push_str(
+        "nodectl_version=9.8.7\nnodectl_url=https://downloads.example.com/nodectl/9.8.7\n",
+    );
+    for os in ["flatcar", "fcos"] {
+        vars.push_str(&format!("nodectl_sysext_{os}_sha512={}\n", "ab".repeat(64)));
+    }
+    let vars = nodectl_butane::parse_vars(&vars, "vars").unwrap();
+    let text = std::fs::read_to_string(template).unwrap();
+    nodectl_butane::render(&text, &vars, &template.display().to_string()).unwrap()
+}
+
+fn templates() -> Vec<PathBuf> {
+    let mut t: Vec<PathBuf> = std::fs::read_dir(repo().join("packaging/butane"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "bu"))
+        .collect();
+    t.sort();
+    t
+}
+
+fn ignition_validate(ign: &str) -> (bool, String) {
+    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let f = std::env::temp_dir().join(format!("nodectl-butane-{}-{n}.ign", std::process::id()));
+    std::fs::write(&f, ign).unwrap();
+    let out = Command::new("ignition-validate")
+        .arg(&f)
+        .output()
+        .expect("ignition-validate (Debian package ignition; tests/vm/setup-host.sh installs it)");
+    let _ = std::fs::remove_file(&f);
+    let said =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.success() && said.trim().is_empty(), said)
+}
+
+#[test]
+fn every_shipped_template_translates_checks_and_agrees_with_its_ignition() {
+    let files_dir = repo().join("docs/examples");
+    let names: Vec<String> = templates()
+        .iter()
+        .map(|t| t.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "fcos-controller.bu",
+            "fcos-worker.bu",
+            "flatcar-controller.bu",
+            "flatcar-worker.bu"
+        ]
+    );
+    for t in templates() {
+        let name = t.display().to_string();
+        let bu = rendered(&t);
+        let ign = serde_json::to_string_pretty(
+            &nodectl_butane::translate(&bu, &files_dir, &name).unwrap(),
+        )
+        .unwrap();
+        let version = nodectl_butane::check(&ign, &name).unwrap();
+        nodectl_butane::compare(&bu, &ign, &files_dir).unwrap();
+        let want = if name.contains("flatcar") {
+            "3.3.0"
+        } else {
+            "3.4.0"
+        };
+        assert_eq!(version, want, "{name}");
+        if version == "3.3.0" {
+            let (ok, said) = ignition_validate(&ign);
+            assert!(ok, "{name}: ignition-validate: {said}");
+        }
+        // what every node config must carry
+        for needle in [
+            "nodectl-9.8.7-x86-64.raw",
+            "sha512-abab",
+            "/etc/nodectl/config.d/10-node.toml",
+            "/etc/kubernetes/kubeconfig",
+        ] {
+            assert!(ign.contains(needle), "{name}: no {needle}");
+        }
+        for glue in [
+            "kubelet.path",
+            "kubelet.service",
+            "chcon",
+            "wait-for-dns",
+            "/opt/bootstrap/layout",
+        ] {
+            assert!(!ign.contains(glue), "{name}: Typhoon glue left: {glue}");
+        }
+    }
+}
+
+#[test]
+fn an_unknown_key_or_a_wrong_spec_version_fails_the_checks() {
+    let t = repo().join("packaging/butane/flatcar-worker.bu");
+    let bu = rendered(&t);
+    let files_dir = repo().join("docs/examples");
+    let ign =
+        serde_json::to_string_pretty(&nodectl_butane::translate(&bu, &files_dir, "w").unwrap())
+            .unwrap();
+    let unknown = ign.replacen("\"mode\": 420", "\"mode\": 420, \"modee\": 420", 1);
+    let e = nodectl_butane::check(&unknown, "w.ign")
+        .unwrap_err()
+        .to_string();
+    assert!(e.starts_with("w.ign: UnusedKey(\"$.storage.files."), "{e}");
+    let (ok, said) = ignition_validate(&unknown);
+    assert!(!ok && said.contains("Unused key modee"), "{said}");
+    for bad in ["3.9.0", "3.2.0"] {
+        let wrong = ign.replace("\"3.3.0\"", &format!("\"{bad}\""));
+        assert!(
+            nodectl_butane::check(&wrong, "w.ign").is_err(),
+            "{bad} accepted"
+        );
+    }
+    let (ok, _) = ignition_validate(&ign.replace("\"3.3.0\"", "\"3.9.0\""));
+    assert!(!ok);
+    // a Butane key the subset does not know is refused, not dropped
+    let e = nodectl_butane::translate(
+        &bu.replace("      mask: true", "      mask: true\n      enable: true"),
+        &files_dir,
+        "w.bu",
+    );
+    assert_eq!(
+        e.unwrap_err().to_string(),
+        "w.bu: systemd.units[1]: unknown or unsupported key 'enable'"
+    );
+}
+
+#[test]
+fn the_elf_check_refuses_a_library_or_glibc_version_the_oses_lack() {
+    let script = repo().join("packaging/check-elf.sh");
+    let curl = Command::new(&script).arg("/usr/bin/gpgv").output().unwrap();
+    assert!(!curl.status.success());
+    let said = String::from_utf8_lossy(&curl.stderr);
+    assert!(said.contains("needs lib"), "{said}");
+    let me = std::env::current_exe().unwrap();
+    let ceiling = Command::new(&script)
+        .arg(&me)
+        .env("ELF_GLIBC_MAX", "2.2.5")
+        .output()
+        .unwrap();
+    assert!(!ceiling.status.success());
+    assert!(String::from_utf8_lossy(&ceiling.stderr).contains("(ceiling 2.2.5)"));
+}
