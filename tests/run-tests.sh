@@ -60,6 +60,8 @@ if [[ " $TIERS " == *" 2 "* || " $TIERS " == *" 3 "* ]]; then
   cp -a tests/kubelet-standin "$stage/"
   hdr "test image"
   tests/vm/build-image.sh || exit 1
+  hdr "release artifacts (packaging/release.sh) for the VM's sysext suite"
+  tests/vm/stage-shipping.sh "$stage" || exit 1
 fi
 
 if [[ " $TIERS " == *" 2 "* ]]; then
@@ -75,7 +77,7 @@ if [[ " $TIERS " == *" 3 "* ]]; then
   start=$SECONDS
   # One boot for every VM suite (a boot costs ~20 s under TCG). A hung boot is retried by
   # run-in-vm.sh (VM-BOOT-RETRY lines); the summary counts the retries.
-  VM_TIMEOUT=1500 tests/vm/run-in-vm.sh tests/vm/suites/all.sh "$stage"/* -- node.sh secrets.sh kubelet.sh controller.sh \
+  VM_TIMEOUT=1500 tests/vm/run-in-vm.sh tests/vm/suites/all.sh "$stage"/* -- node.sh secrets.sh kubelet.sh controller.sh sysext.sh \
     2> >(tee "$stage/vm.stderr" >&2)
   record 3 $?
   # The harness itself: a hung boot is caught within its bound and retried; a failed suite is not.

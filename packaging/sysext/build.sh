@@ -7,6 +7,7 @@
 # multi-user.target drop-in with Upholds=nodectld.service (so nodectld starts on merge), the
 # D-Bus policy, and usr/lib/extension-release.d/extension-release.nodectl (ID=_any: one image
 # for both OSes' /usr, ARCHITECTURE=x86-64). Reproducible: fixed timestamps, files owned by root.
+# SYSEXT_FILE_CONTEXTS: another policy's file_contexts for the erofs labels (the VM tier uses its own).
 set -euo pipefail
 [ $# -eq 3 ] || { sed -n '2,9p' "$0" >&2; exit 2; }
 version=$1 bindir=$2 out=$3
@@ -45,6 +46,6 @@ name=nodectl-$version-x86-64.raw
 mkdir -p "$out/flatcar" "$out/fcos"
 rm -f "$out/flatcar/$name" "$out/fcos/$name"
 mksquashfs "$tree" "$out/flatcar/$name" -all-root -noappend -quiet -no-progress -mkfs-time 0 -all-time 0 >/dev/null
-mkfs.erofs --quiet --all-root -T0 -U 00000000-0000-0000-0000-000000000000 \
-  --file-contexts="$here/file_contexts.fcos" "$out/fcos/$name" "$tree"
+mkfs.erofs --quiet -zlz4hc --all-root -T0 -U 00000000-0000-0000-0000-000000000000 \
+  --file-contexts="${SYSEXT_FILE_CONTEXTS:-$here/file_contexts.fcos}" "$out/fcos/$name" "$tree"
 echo "build.sh: $out/flatcar/$name (squashfs), $out/fcos/$name (erofs, SELinux labels)"

@@ -1,0 +1,162 @@
+#!/bin/bash
+# Tier 3, inside the VM (SELinux enforcing): nodectl as it ships (packaging/release.sh).
+#   S1  Ignition: Debian's ignition binary (fetch-offline, then files, as ignition-files.service
+#       runs it) applies the Flatcar worker config rendered from packaging/butane/flatcar-worker.bu
+#       with the release's image served over HTTP on 127.0.0.1: the image is downloaded and its
+#       sha512 verified, the extension link, sysupdate transfer file, config fragment, bootstrap
+#       kubeconfig (0600) are placed, locksmithd masked, docker enabled by preset; with a wrong
+#       hash Ignition fails and places no image
+#  S2  the Flatcar image (squashfs) merges: systemd-sysext lists it, its files are in /usr
+#  S3  the Fedora CoreOS image (erofs, SELinux labels inside) in /var/lib/extensions: merge and
+#       (permissive from here: systemd 252 labels the merged /usr's top directory wrongly,
+#       systemd#34387; the only denials allowed are on that directory)
+#       daemon-reload start nodectld.service from /usr/bin (the image's Upholds=), every file has
+#       the label this node's policy gives its path, and the node comes up as in the demo
+#       (kubelet stand-in image, API double): credentials issued, kubelet active
+#  S4  systemd-sysupdate (254, Debian backports; 252 has none) with the shipped transfer file,
+#       its source switched to a local directory holding version 0.1.1: the new image is
+#       installed and the link switched; refresh and restart run nodectld from 0.1.1's image
+#  S5  unmerge, daemon-reload, stop: nodectld ends cleanly (inactive, result success), its files
+#       are gone from /usr, its state in /var stays
+# /test holds: check.sh, lib.sh, dist/ (release.sh's output), sysext-v2/ (0.1.1 images),
+# sysext-vm/ (the images labeled with this VM's file_contexts),
+# nodectl-butane, ignition, sysupdate/ (systemd-sysupdate 254 + libsystemd-shared),
+# nodectl-apiserver-double, kubelet-standin/, bootstrap-kubeconfig, example.vars, butane/.
+. /test/check.sh
+. /test/lib.sh
+export NO_COLOR=1
+
+V=$(ls /test/dist/flatcar | sed -n "s/^nodectl-\(.*\)-x86-64.raw$/\1/p")
+IMG=nodectl-$V-x86-64.raw
+W=/tmp/ign && rm -rf $W && mkdir -p $W/files
+
+echo "## S1 Ignition applies the Flatcar worker config"
+start_apiserver_double
+cp /root/bootstrap-kubeconfig $W/files/bootstrap-kubeconfig
+busybox httpd -f -p 127.0.0.1:8080 -h /test/dist &
+httpd=$!
+render() { # render SHA512 OUT.ign
+  { cat /test/example.vars; echo "nodectl_version=$V"; echo "nodectl_url=http://127.0.0.1:8080"
+    echo "nodectl_sysext_flatcar_sha512=$1"; echo "nodectl_sysext_fcos_sha512=$1"; } >$W/vars
+  /test/nodectl-butane render $W/vars /test/butane/flatcar-worker.bu $W/w.bu &&
+    /test/nodectl-butane translate $W/files $W/w.bu "$2"
+}
+# sysext: a refresh as at boot, by systemd-sysext.service (the system's own, systemd 252)
+sysext() { systemctl restart systemd-sysext.service; }
+# ignite CONFIG: fetch-offline then files, as ignition-fetch-offline.service and
+# ignition-files.service run them, on this booted root (--root=/; in the initramfs it is
+# /sysroot). At the end Ignition relabels what it wrote with `setfiles -r ROOT`, and Debian's
+# setfiles refuses `-r /`: a shim drops that one argument pair, nothing else.
+mkdir -p $W/shim && cat >$W/shim/setfiles <<'SHIM'
+#!/bin/bash
+args=()
+while [ $# -gt 0 ]; do
+  if [ "$1" = -r ] && [ "${2:-}" = / ]; then shift 2; continue; fi
+  args+=("$1"); shift
+done
+exec /sbin/setfiles "${args[@]}"
+SHIM
+chmod +x $W/shim/setfiles
+ignite() {
+  rm -rf /run/ignition /run/ignition.json && mkdir -p /run/ignition
+  export PATH=$W/shim:$PATH IGNITION_CONFIG_FILE=$1
+  /test/ignition --root=/ --platform=file --stage=fetch-offline --log-to-stdout >$W/log 2>&1 &&
+    /test/ignition --root=/ --platform=file --stage=files --log-to-stdout >>$W/log 2>&1
+}
+check "the worker config renders for this VM" render 0000"$(printf '%0124d' 0)" $W/bad.ign
+ignite $W/bad.ign
+check "a wrong sha512 fails Ignition's files stage" sh -c "grep CRITICAL $W/log | grep -q 'hash verification failed'"
+grep 'CRITICAL' $W/log | head -2 | cut -c1-240 | sed 's/^/  | /'
+expect "no image placed from a wrong hash" "$(ls /opt/extensions/nodectl 2>/dev/null | grep -c raw)" 0
+# what that failed run placed before it stopped goes, as on a node that is reprovisioned
+rm -rf /opt/extensions/nodectl /etc/extensions /etc/sysupdate.nodectl.d /etc/nodectl /etc/kubernetes/kubeconfig \
+  /etc/systemd/system/locksmithd.service /etc/systemd/system-preset/20-ignition.preset
+check "the worker config renders with the image's sha512" render "$(sha512sum /test/dist/flatcar/$IMG | cut -d' ' -f1)" $W/w.ign
+check "Ignition (fetch-offline, files) applies it" ignite $W/w.ign
+grep -E 'writing file|hash|CRITICAL|ERROR|relabel' $W/log | head -12 | sed 's/^/  | /'
+check "the downloaded image is the release's" cmp /opt/extensions/nodectl/$IMG /test/dist/flatcar/$IMG
+expect "extension link" "$(readlink /etc/extensions/nodectl.raw)" /opt/extensions/nodectl/$IMG
+check "transfer file placed" grep -q '^CurrentSymlink=/etc/extensions/nodectl.raw$' /etc/sysupdate.nodectl.d/nodectl.conf
+expect "bootstrap kubeconfig mode" "$(stat -c %a /etc/kubernetes/kubeconfig)" 600
+check "config fragment placed" grep -q '^role = "worker"$' /etc/nodectl/config.d/10-node.toml
+expect "locksmithd masked" "$(readlink /etc/systemd/system/locksmithd.service)" /dev/null
+check "docker enabled by Ignition's preset" grep -qx 'enable docker.service' /etc/systemd/system-preset/20-ignition.preset
+
+echo "## S2 the Flatcar image (squashfs) merges"
+# merged as at boot, by systemd-sysext.service: a merge from this unconfined shell would give the
+# overlay's top layer this shell's tmpfs label, which services may not search
+check "systemd-sysext merge (systemd-sysext.service)" sysext
+check "systemd-sysext lists nodectl" sh -c 'systemd-sysext status --json=short | jq -e ".[] | select(.hierarchy == \"/usr\") | .extensions | index(\"nodectl\")"'
+check "its files are in /usr" test -x /usr/bin/nodectld -a -f /usr/lib/systemd/system/nodectld.service -a -f /usr/share/dbus-1/system.d/org.nodectl.Agent1.conf
+rm -f /etc/extensions/nodectl.raw
+check "unmerged (refresh without the image)" sysext
+
+echo "## S3 the Fedora CoreOS image (erofs, labels) starts nodectld from /usr"
+# (The release's image carries Fedora's labels, which this policy lacks: release.sh reads them
+# back from the image's bytes, packaging/sysext/erofs-labels.py.)
+# systemd before 257 gives the merged /usr's top directory its workspace's tmpfs label
+# (systemd#34387, fixed by #35132 in 257, which Fedora CoreOS and Flatcar run): with it, nothing
+# may search /usr here (dbus-daemon, udev, generators). From here on the VM runs permissive, and
+# every denial logged is checked at the end: only that top directory may appear.
+mark=$(wc -l </var/log/audit/audit.log)
+setenforce 0
+# This VM runs Debian's policy, whose unit-file type is systemd_unit_t: the same build, labeled
+# with this VM's own file_contexts (run-tests.sh takes it from the VM image), is the one merged.
+mkdir -p /var/lib/extensions.d /var/lib/extensions
+cp /test/sysext-vm/fcos/$IMG /var/lib/extensions.d/ && ln -sf /var/lib/extensions.d/$IMG /var/lib/extensions/nodectl.raw
+/test/kubelet-standin/build-image.sh localhost/kubelet-standin:demo >/dev/null
+mkdir -p /etc/systemd/system/kubelet.service.d
+printf '[Service]\nEnvironment=KUBELET_IMAGE=localhost/kubelet-standin:demo\n' >/etc/systemd/system/kubelet.service.d/10-image-override.conf
+check "systemd-sysext merge (systemd-sysext.service)" sysext
+ls -dZ /usr /usr/bin | sed 's/^/  | /'
+busctl call org.freedesktop.DBus /org/freedesktop/DBus org.freedesktop.DBus ReloadConfig >/dev/null
+check "daemon-reload" systemctl daemon-reload
+check "nodectld started by the image's Upholds=" wait_until 60 sh -c '[ "$(systemctl is-active nodectld.service)" = active ]'
+[ "$(systemctl is-active nodectld.service)" = active ] || journalctl -u nodectld.service -o cat --no-pager | tail -8 | sed 's/^/  | /'
+expect "nodectld runs /usr/bin/nodectld" "$(readlink /proc/$(systemctl show -p MainPID --value nodectld.service)/exe)" /usr/bin/nodectld
+for f in /usr/bin/nodectld /usr/bin/nodectl /usr/lib/systemd/system/nodectld.service \
+         /usr/share/dbus-1/system.d/org.nodectl.Agent1.conf /usr/lib/extension-release.d/extension-release.nodectl; do
+  expect "label of $f is the policy's" "$(stat -c %C "$f")" "$(matchpathcon -n "$f")"
+done
+check "kubelet active (credentials from the double)" wait_until 90 sh -c '[ "$(systemctl is-active kubelet.service)" = active ] && [ -s /var/lib/kubelet/kubeconfig ]'
+check "nodectl status: converged" wait_until 30 sh -c 'nodectl status --json | jq -e ".steps | all(.state == \"converged\")"'
+nodectl status | sed 's/^/  | /' | head -30
+
+echo "## S4 systemd-sysupdate picks up 0.1.1 from a local directory"
+V2=0.1.1
+mkdir -p /srv/nodectl-updates && cp /test/sysext-v2/fcos/nodectl-$V2-x86-64.raw /srv/nodectl-updates/
+# the transfer file the FCOS config ships, its source switched to the directory
+sed -n '/path: \/etc\/sysupdate.nodectl.d\/nodectl.conf/,/InstancesMax/p' /test/butane/fcos-worker.bu \
+  | sed -n '/\[Transfer\]/,$p' | sed 's/^          //' \
+  | sed 's#^Type=url-file#Type=regular-file#; s#^Path=${nodectl_url}/fcos#Path=/srv/nodectl-updates#' >$W/nodectl.conf
+mkdir -p /etc/sysupdate.nodectl.d && cp $W/nodectl.conf /etc/sysupdate.nodectl.d/nodectl.conf
+sed 's/^/  | /' $W/nodectl.conf
+SU() { SYSTEMD_IMPORT_PATH=/test/sysupdate/systemd-import LD_LIBRARY_PATH=/test/sysupdate /test/sysupdate/systemd-sysupdate --component=nodectl "$@"; }
+check "sysupdate lists both versions" sh -c "$(declare -f SU); SU list | grep -q $V2"
+check "sysupdate update" SU update
+check "0.1.1 installed beside $V" test -f /var/lib/extensions.d/nodectl-$V2-x86-64.raw -a -f /var/lib/extensions.d/$IMG
+expect "link switched" "$(readlink -f /var/lib/extensions/nodectl.raw)" /var/lib/extensions.d/nodectl-$V2-x86-64.raw
+refresh_restart() { sysext && systemctl daemon-reload && systemctl restart nodectld.service; }
+check "refresh, reload, restart" refresh_restart
+expect "the merged image is 0.1.1" "$(sed -n 's/^IMAGE_VERSION=//p' /usr/lib/extension-release.d/extension-release.nodectl)" $V2
+expect "nodectld active after the update" "$(systemctl is-active nodectld.service)" active
+expect "kubelet kept running" "$(systemctl is-active kubelet.service)" active
+
+echo "## S5 uninstall as docs/install.md says: nodectld stops cleanly"
+uninstall() { rm /var/lib/extensions/nodectl.raw && sysext && systemctl daemon-reload && systemctl stop nodectld.service; }
+check "remove the link, refresh, reload, stop" uninstall
+expect "nodectld inactive" "$(systemctl is-active nodectld.service)" inactive
+expect "nodectld's result" "$(systemctl show -p Result --value nodectld.service)" success
+check "its files are gone from /usr" sh -c '! test -e /usr/bin/nodectld && ! test -e /usr/lib/systemd/system/nodectld.service'
+check "its state in /var stays" test -s /var/lib/kubelet/kubeconfig
+stop_apiserver_double
+kill $httpd
+# the denials while permissive: each must be on the merged /usr's top directory (the overlay's
+# root, inode 2), none on a file of the image or anything nodectld touched
+avcs=$(tail -n +"$((mark + 1))" /var/log/audit/audit.log | grep -a 'avc: *denied' || true)
+others=$(grep -v 'dev="overlay" ino=2 ' <<<"$avcs" | grep . || true)
+echo "  | $(grep -c . <<<"$avcs") denials while permissive, $(grep -c 'dev="overlay" ino=2 ' <<<"$avcs") on the merged /usr's top directory"
+expect "no denial but the merged /usr's top directory (systemd#34387)" "$(grep -c . <<<"$others")" 0
+[ -z "$others" ] || cut -c1-300 <<<"$others" | head -8 | sed 's/^/  | /'
+setenforce 1
+summary sysext
