@@ -30,6 +30,18 @@ V=$(ls /test/dist/flatcar | sed -n "s/^nodectl-\(.*\)-x86-64.raw$/\1/p")
 IMG=nodectl-$V-x86-64.raw
 W=/tmp/ign && rm -rf $W && mkdir -p $W/files
 
+# A fresh node: what the suites before this one installed and left (nodectld from /usr/local
+# and /etc, kubelet and its pods, /etc/kubernetes, the node's state) goes first.
+systemctl stop nodectld.service kubelet.service >/dev/null 2>&1
+podman rm -af -t 0 >/dev/null 2>&1
+rm -rf /etc/systemd/system/nodectld.service /etc/systemd/system/kubelet.service \
+  /etc/systemd/system/kubelet.service.d /usr/local/bin/nodectld /usr/local/bin/nodectl \
+  /etc/dbus-1/system.d/org.nodectl.Agent1.conf /etc/nodectl /etc/kubernetes /var/lib/nodectl \
+  /var/lib/kubelet 2>/dev/null
+systemctl daemon-reload
+systemctl reset-failed >/dev/null 2>&1
+busctl call org.freedesktop.DBus /org/freedesktop/DBus org.freedesktop.DBus ReloadConfig
+
 echo "## S1 Ignition applies the Flatcar worker config"
 start_apiserver_double
 cp /root/bootstrap-kubeconfig $W/files/bootstrap-kubeconfig
