@@ -53,6 +53,7 @@ if [[ " $TIERS " == *" 2 "* || " $TIERS " == *" 3 "* ]]; then
   strip -o "$stage/relabel-bench" target/debug/relabel-bench
   strip -o "$stage/sock-listen" target/debug/sock-listen
   strip -o "$stage/zincati-id" target/debug/zincati-id
+  strip -o "$stage/fake-logind" target/debug/fake-logind
   strip -o "$stage/nodectl-apiserver-double" target/debug/nodectl-apiserver-double
   cp tests/lib/check.sh tests/vm/suites/*.sh packaging/systemd/nodectld.service \
      packaging/dbus/org.nodectl.Agent1.conf docs/examples/worker.toml docs/examples/controller.toml \

@@ -109,6 +109,7 @@ async fn an_update_waiting_for_reboot_takes_a_slot_drains_and_reboots_through_lo
         },
         retry: Duration::from_millis(100),
         reboot: logind_reboot(agent_conn.clone()),
+        inhibited: None,
     });
     let f = follower.clone();
     let conn = agent_conn.clone();
@@ -168,6 +169,7 @@ async fn an_update_waiting_for_reboot_takes_a_slot_drains_and_reboots_through_lo
         params: follower.params.clone(),
         retry: Duration::from_millis(100),
         reboot: logind_reboot(agent_conn.clone()),
+        inhibited: None,
     });
     api.set_node("flatcar-1", false);
     let f = follower.clone();

@@ -211,6 +211,48 @@ check "strategy off (the drop-in removed): coordination stops" wait_until 10 sh 
 check "and the endpoint is gone" sh -c '! (exec 3<>/dev/tcp/127.0.0.1/9456) 2>/dev/null'
 check "and the metrics have no reboot state" sh -c '! grep -q nodectl_reboot_state /run/nodectl/metrics/nodectl.prom'
 
+echo "## /run/reboot-required: slot, drain, a reboot through logind (intercepted here), release once Ready"
+# logind replaced by fake-logind (tests/testkit): it records Reboot instead of rebooting
+systemctl stop systemd-logind.service 2>/dev/null; systemctl mask --runtime systemd-logind.service >/dev/null 2>&1
+rm -f /run/fake-logind.log /run/fake-logind.inhibitors
+systemd-run --unit=fake-logind --property=Type=exec /test/fake-logind /run/fake-logind.log >/dev/null
+check "fake-logind owns org.freedesktop.login1" wait_until 10 busctl status org.freedesktop.login1
+# outside its window (tomorrow 00:00 for an hour) the reboot waits, and says so
+tomorrow=$(LC_ALL=C date -u -d tomorrow +%a)
+printf '[reboot]\nstrategy = "reboot-required"\nabandon_after_secs = 5\nwait_for_inhibitors = true\nwindows = ["%s 00:00 60m"]\n' "$tomorrow" \
+  >/etc/nodectl/config.d/30-reboot.toml
+check "nodectld follows /run/reboot-required" wait_until 10 sh -c \
+  'nodectl status --json | jq -e ".reboot.endpoint == \"/run/reboot-required\""'
+touch /run/reboot-required
+check "outside the window it waits and says so" wait_until 10 sh -c \
+  'nodectl status --json | jq -e ".reboot.state == \"waiting-for-window\""'
+nodectl status | grep 'Reboots:' | sed 's/^/  | /'
+check "and no reboot was asked for" test ! -s /run/fake-logind.log
+# a shutdown inhibitor held by a job: the reboot waits for it too (reboot.wait_for_inhibitors)
+echo 'shutdown:sleep|backup-job|nightly backup|block' >/run/fake-logind.inhibitors
+printf '[reboot]\nstrategy = "reboot-required"\nabandon_after_secs = 5\nwait_for_inhibitors = true\n' >/etc/nodectl/config.d/30-reboot.toml
+check "in a window (none set: any time) the slot is taken and the node drained" wait_until 15 sh -c \
+  'nodectl status --json | jq -e "(.reboot.state == \"rebooting\") and (.reboot.detail | startswith(\"drained\")) and (.reboot.holders[0].node == \"worker-1\")"'
+check "the reboot waits for the inhibitor (journal names it)" wait_until 10 sh -c \
+  'journalctl -u nodectld.service --no-pager -o cat | grep -q "waiting for the shutdown inhibitors of backup-job (nightly backup)"'
+check "and logind was not asked yet" test ! -s /run/fake-logind.log
+rm /run/fake-logind.inhibitors
+check "the inhibitor gone, nodectld asks logind to reboot (non-interactive)" wait_until 30 \
+  grep -qx 'reboot interactive=false' /run/fake-logind.log
+expect "once" "$(grep -c reboot /run/fake-logind.log)" 1
+# the next boot: /run is empty again and nodectld starts anew (the boot id cannot change here:
+# reboot.abandon_after_secs lets a steady-state of the same boot give the slot back)
+sleep 5
+rm /run/reboot-required
+systemctl restart nodectld.service
+check "after the boot, the slot is given back once kubelet is active and the Node Ready" wait_until 20 sh -c \
+  'nodectl status --json | jq -e "(.reboot.state == \"idle\") and (.reboot.holders | length == 0)"'
+expect "and no second reboot" "$(grep -c reboot /run/fake-logind.log)" 1
+rm /etc/nodectl/config.d/30-reboot.toml
+systemctl stop fake-logind.service
+systemctl unmask --runtime systemd-logind.service >/dev/null 2>&1
+check "strategy off again: coordination stops" wait_until 10 sh -c 'nodectl status --json | jq -e ".reboot == null"'
+
 echo "## A malformed bootstrap kubeconfig: its error never quotes the token (status, journal, metrics)"
 cp /etc/kubernetes/kubeconfig /root/kubeconfig.good
 printf 'apiVersion: v1\nusers:\n- name: kubelet\n  user:\n    token: "abcdef.0123456789abcdef\n' >/etc/kubernetes/kubeconfig.tmp

@@ -3,6 +3,7 @@
 //! `status`: the status from nodectld or, without it, from the disk; `audit`: `nodectl audit`.
 
 mod audit;
+mod fleet;
 mod status_cmd;
 mod wait;
 
@@ -84,6 +85,16 @@ pub enum Command {
         #[arg(long, default_value_t = 600)]
         timeout: u64,
     },
+    /// Every node's nodectld state (its NodectlReady condition and annotations), unhealthy
+    /// first, with an operator's kubeconfig. Exit 0: all ready; 2: some not; 1: error.
+    Fleet {
+        /// The kubeconfig (default: KUBECONFIG, then ~/.kube/config).
+        #[arg(long)]
+        kubeconfig: Option<std::path::PathBuf>,
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
     /// The group's reboot lock (a Lease; docs/reboot.md).
     RebootLock {
         /// What to do with the lock.
@@ -150,6 +161,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Audit { json, fix } => audit::run(&root, json, fix),
         Command::Status { json } => status_cmd::run(&root, json).await,
         Command::Wait { steps, timeout } => wait::run(&root, &steps, timeout).await,
+        Command::Fleet { kubeconfig, json } => fleet::run(kubeconfig, json).await,
     }
 }
 

@@ -113,6 +113,7 @@ pub(crate) struct KubeletSection {
     pub(crate) kubeconfig: Option<String>,
     pub(crate) seccomp_default: Option<bool>,
     pub(crate) credentials_check_secs: Option<i64>,
+    pub(crate) condition_heartbeat_secs: Option<i64>,
     pub(crate) cluster_dns: Option<String>,
     pub(crate) cluster_domain: Option<String>,
     pub(crate) cloud_provider: Option<String>,
@@ -146,6 +147,7 @@ pub(crate) struct RebootSection {
     pub(crate) stale_after_secs: Option<i64>,
     pub(crate) abandon_after_secs: Option<i64>,
     pub(crate) fleetlock_users: Option<Vec<String>>,
+    pub(crate) wait_for_inhibitors: Option<bool>,
     pub(crate) windows: Option<Vec<String>>,
     pub(crate) time_zone: Option<String>,
 }

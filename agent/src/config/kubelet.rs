@@ -26,6 +26,9 @@ pub(crate) const DEFAULT_CLUSTER_DOMAIN: &str = "cluster.local";
 pub(crate) const DEFAULT_CREDENTIALS_CHECK_SECS: i64 = 900;
 /// The longest interval between those checks (a week; a certificate lives 72 h in Typhoon).
 pub(crate) const MAX_CREDENTIALS_CHECK_SECS: i64 = 7 * 24 * 3600;
+/// The `NodectlReady` condition's heartbeat (node-problem-detector's default too).
+pub(crate) const DEFAULT_CONDITION_HEARTBEAT_SECS: i64 = 300;
+pub(crate) const MAX_CONDITION_HEARTBEAT_SECS: i64 = 24 * 3600;
 
 /// `kubelet.provider_id` that means: from the AWS instance metadata (afterburn on FCOS,
 /// coreos-metadata on Flatcar).
@@ -49,6 +52,7 @@ pub(crate) struct Kubelet {
     pub(crate) kubeconfig: PathBuf,
     pub(crate) seccomp_default: bool,
     pub(crate) credentials_check_secs: u64,
+    pub(crate) condition_heartbeat_secs: u64,
     pub(crate) cluster_dns: IpAddr,
     pub(crate) cluster_domain: String,
     pub(crate) cloud_provider: Option<String>,
@@ -113,6 +117,12 @@ impl Kubelet {
                 f.credentials_check_secs,
                 DEFAULT_CREDENTIALS_CHECK_SECS,
                 (0, MAX_CREDENTIALS_CHECK_SECS),
+            )? as u64,
+            condition_heartbeat_secs: c.int(
+                "kubelet.condition_heartbeat_secs",
+                f.condition_heartbeat_secs,
+                DEFAULT_CONDITION_HEARTBEAT_SECS,
+                (0, MAX_CONDITION_HEARTBEAT_SECS),
             )? as u64,
             cluster_dns: dns.parse().map_err(|_| c.bad("kubelet.cluster_dns", dns))?,
             cluster_domain,

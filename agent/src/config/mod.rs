@@ -103,6 +103,9 @@ pub struct Settings {
     /// How often the API server is asked whether it still accepts the node's certificate (a
     /// 401 sends the node back to the bootstrap token); 0: never.
     pub credentials_check_secs: u64,
+    /// How often the `NodectlReady` condition is sent when nothing changed (a change is sent
+    /// at once); 0: never sent.
+    pub condition_heartbeat_secs: u64,
     /// `kubelet.cluster_dns`.
     pub cluster_dns: std::net::IpAddr,
     /// `kubelet.cluster_domain`.
@@ -150,6 +153,7 @@ impl Settings {
             kubeconfig: kubelet.kubeconfig,
             seccomp_default: kubelet.seccomp_default,
             credentials_check_secs: kubelet.credentials_check_secs,
+            condition_heartbeat_secs: kubelet.condition_heartbeat_secs,
             cluster_dns: kubelet.cluster_dns,
             cluster_domain: kubelet.cluster_domain,
             cloud_provider: kubelet.cloud_provider,

@@ -44,6 +44,9 @@ pub enum RebootStrategy {
     FleetLock,
     /// Follow update_engine (Flatcar).
     UpdateEngine,
+    /// Reboot when `/run/reboot-required` appears (kured's and Flatcar sysext updates'
+    /// convention).
+    RebootRequired,
 }
 
 /// How reboots are coordinated (FleetLock endpoint, the group's Lease, the drain).
@@ -66,6 +69,10 @@ pub struct RebootPolicy {
     pub abandon_after_secs: u64,
     /// The local users (Zincati's) whose FleetLock requests are served; others get 403.
     pub fleetlock_users: Vec<String>,
+    /// update_engine and reboot-required: after the drain, wait while a logind block
+    /// inhibitor on shutdown is held ("don't reboot while work is running").
+    #[serde(default)]
+    pub wait_for_inhibitors: bool,
     /// When new reboot slots may be taken; empty: any time.
     pub windows: Vec<Window>,
     /// The time zone of the windows.
@@ -102,6 +109,7 @@ impl RebootPolicy {
             "off" => RebootStrategy::Off,
             "fleet-lock" => RebootStrategy::FleetLock,
             "update-engine" => RebootStrategy::UpdateEngine,
+            "reboot-required" => RebootStrategy::RebootRequired,
             v => return Err(c.bad("reboot.strategy", v)),
         };
         let listen = f.listen.as_deref().unwrap_or(DEFAULT_LISTEN);
@@ -152,6 +160,7 @@ impl RebootPolicy {
                 (5, 86_400),
             )? as u64,
             fleetlock_users: fleetlock_users(f, c)?,
+            wait_for_inhibitors: f.wait_for_inhibitors.unwrap_or(false),
             windows: f
                 .windows
                 .iter()

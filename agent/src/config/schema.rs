@@ -58,6 +58,12 @@ pub(crate) const SCHEMA: &[(&str, &str, Kind, &str)] = &[
     ),
     (
         "kubelet",
+        "condition_heartbeat_secs",
+        Kind::Int,
+        "seconds from 0 (never report) to 86400 (a day)",
+    ),
+    (
+        "kubelet",
         "cluster_dns",
         Kind::Str,
         "an IP address (the cluster DNS service)",
@@ -91,7 +97,7 @@ pub(crate) const SCHEMA: &[(&str, &str, Kind, &str)] = &[
         "reboot",
         "strategy",
         Kind::Str,
-        "\"off\", \"fleet-lock\" or \"update-engine\"",
+        "\"off\", \"fleet-lock\", \"update-engine\" or \"reboot-required\"",
     ),
     (
         "reboot",
@@ -135,6 +141,7 @@ pub(crate) const SCHEMA: &[(&str, &str, Kind, &str)] = &[
         Kind::Int,
         "seconds from 5 to 86400",
     ),
+    ("reboot", "wait_for_inhibitors", Kind::Bool, "true or false"),
     (
         "reboot",
         "fleetlock_users",

@@ -6,10 +6,12 @@
 //!
 //! `pass`: one pass and its publication; `shared`: what the parts share (and the bus backend);
 //! `watcher`: inotify; `reboots`: reboot coordination; `kubelet`: kubelet's state by signal;
-//! `metrics`: the textfile for node_exporter.
+//! `metrics`: the textfile for node_exporter; `node_status`: the `NodectlReady`
+//! condition on the node's Node.
 
 mod kubelet;
 mod metrics;
+mod node_status;
 mod pass;
 mod reboots;
 mod shared;
@@ -112,6 +114,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         reboot: std::sync::Mutex::new(None),
         reboot_deferred: Default::default(),
         facts: Default::default(),
+        changed: Default::default(),
     });
     let conn = serve_bus(&opts, &shared).await?;
     let systemd = systemd(&opts.root, conn.as_ref()).await?;
@@ -160,6 +163,7 @@ async fn converge_loop(
     let mut trigger = Trigger::Startup;
     let mut reboots = None;
     let mut checks = Checks::default();
+    let mut reporter = node_status::Reporter::default();
     for n in 1u64.. {
         // Watches first, so an input arriving while the pass runs still wakes the next one.
         let loaded =
@@ -172,6 +176,7 @@ async fn converge_loop(
                 reboots::follow_settings(reboots, root, s, &passes.systemd, &passes.shared).await;
         }
         checks.follow(root, settings.as_ref(), &passes.shared);
+        reporter.follow(root, settings.as_ref(), &passes.shared);
         let Some(t) = next_trigger(opts, recheck, watcher, signals, rx).await else {
             break;
         };
@@ -181,6 +186,7 @@ async fn converge_loop(
     if let Some((task, _, _)) = checks.task {
         task.abort();
     }
+    reporter.stop();
     reboots
 }
 

@@ -162,12 +162,16 @@ async fn start(
             if HOLDING_NOTHING.contains(&state) && shared.reboot_deferred.load(Ordering::SeqCst) {
                 let _ = shared.wake.send(Trigger::Reboot);
             }
+            shared.changed.notify_one();
             let (root, shared) = (root.clone(), shared.clone());
             tokio::spawn(async move { super::metrics::write(&root, &shared).await });
         }));
     }
-    if s.reboot == RebootStrategy::UpdateEngine {
-        return follow_update_engine(c, id, &s.reboot_policy.group, shared).await;
+    if matches!(
+        s.reboot,
+        RebootStrategy::UpdateEngine | RebootStrategy::RebootRequired
+    ) {
+        return follow(root, s, c, id, shared).await;
     }
     let listen = s.reboot_policy.listen;
     let listener = tokio::net::TcpListener::bind(listen)
@@ -199,34 +203,50 @@ fn callers(root: &Root, p: &RebootPolicy) -> crate::reboot::fleetlock::Callers {
     c
 }
 
-/// Flatcar: update_engine's reboots take a slot of `group` first.
-async fn follow_update_engine(
+/// update_engine's reboots (Flatcar), or `/run/reboot-required`, take a slot of `group` first.
+async fn follow(
+    root: &Root,
+    s: &Settings,
     c: Arc<LeaseCoordinator>,
     id: String,
-    group: &str,
     shared: &Arc<Shared>,
 ) -> anyhow::Result<Option<tokio::task::JoinHandle<()>>> {
+    let group = s.reboot_policy.group.clone();
     let conn = zbus::Connection::system()
         .await
-        .context("connecting to the system bus for update_engine")?;
+        .context("connecting to the system bus for logind")?;
     let follower = crate::reboot::update_engine::Follower {
         coordinator: c.clone(),
         params: crate::reboot::fleetlock::ClientParams {
             id,
-            group: group.to_string(),
+            group: group.clone(),
         },
         retry: Duration::from_secs(60),
         reboot: crate::reboot::update_engine::logind_reboot(conn.clone()),
+        inhibited: s
+            .reboot_policy
+            .wait_for_inhibitors
+            .then(|| crate::reboot::update_engine::logind_inhibitors(conn.clone())),
     };
-    c.set_endpoint("update_engine (D-Bus)");
+    let required = s.reboot == RebootStrategy::RebootRequired;
+    c.set_endpoint(if required {
+        crate::reboot::reboot_required::REBOOT_REQUIRED
+    } else {
+        "update_engine (D-Bus)"
+    });
     *shared.reboot.lock().expect("reboot") = Some(c);
-    tracing::info!(
-        group = %group,
-        "following update_engine: reboots take a slot of group {group} first"
-    );
+    let root = root.clone();
     Ok(Some(tokio::spawn(async move {
-        if let Err(e) = follower.run(&conn).await {
-            tracing::error!("following update_engine stopped: {e:#}");
+        if required {
+            tracing::info!(group = %group, "following /run/reboot-required: reboots take a slot of group {group} first");
+            if let Err(e) = crate::reboot::reboot_required::run(&follower, &root).await {
+                tracing::error!("following /run/reboot-required stopped: {e:#}");
+            }
+        } else {
+            tracing::info!(group = %group, "following update_engine: reboots take a slot of group {group} first");
+            if let Err(e) = follower.run(&conn).await {
+                tracing::error!("following update_engine stopped: {e:#}");
+            }
         }
     })))
 }

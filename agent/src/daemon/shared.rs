@@ -102,6 +102,9 @@ pub(super) struct Shared {
     pub(super) reboot_deferred: AtomicBool,
     /// What the credentials check learnt, read by every pass.
     pub(super) facts: Arc<Facts>,
+    /// Told after each pass and each reboot state change (the Node condition reporter waits
+    /// on it).
+    pub(super) changed: tokio::sync::Notify,
 }
 
 impl Shared {

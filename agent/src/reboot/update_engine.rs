@@ -12,6 +12,9 @@ use futures_util::StreamExt;
 use super::coordinator::LeaseCoordinator;
 use super::fleetlock::{ClientParams, Coordinator};
 
+/// How often held shutdown inhibitors are looked at again (logind signals no release).
+const INHIBITOR_RECHECK: Duration = Duration::from_secs(10);
+
 /// update_engine's current operation when an update is installed and waits for a reboot.
 pub const NEED_REBOOT: &str = "UPDATE_STATUS_UPDATED_NEED_REBOOT";
 
@@ -40,6 +43,30 @@ pub(crate) trait UpdateEngine {
 pub(crate) type Reboot =
     Arc<dyn Fn() -> futures_util::future::BoxFuture<'static, anyhow::Result<()>> + Send + Sync>;
 
+/// Who holds a logind block inhibitor on shutdown now (`None`: nobody), when
+/// `reboot.wait_for_inhibitors` asks to wait for them.
+pub(crate) type Inhibited =
+    Arc<dyn Fn() -> futures_util::future::BoxFuture<'static, Option<String>> + Send + Sync>;
+
+/// logind's block inhibitors on shutdown (`ListInhibitors`), as "who (why)".
+pub fn logind_inhibitors(conn: zbus::Connection) -> Inhibited {
+    Arc::new(move || {
+        let conn = conn.clone();
+        Box::pin(async move {
+            let m = zbus_systemd::login1::ManagerProxy::new(&conn).await.ok()?;
+            let list = m.list_inhibitors().await.ok()?;
+            let held: Vec<String> = list
+                .into_iter()
+                .filter(|(what, _, _, mode, _, _)| {
+                    mode == "block" && what.split(':').any(|w| w == "shutdown")
+                })
+                .map(|(_, who, why, _, _, _)| format!("{who} ({why})"))
+                .collect();
+            (!held.is_empty()).then(|| held.join(", "))
+        })
+    })
+}
+
 /// logind's `Reboot(false)` on `conn`.
 pub fn logind_reboot(conn: zbus::Connection) -> Reboot {
     Arc::new(move || {
@@ -62,6 +89,8 @@ pub struct Follower {
     pub retry: Duration,
     /// Reboots the node once the slot is held and the node drained.
     pub reboot: Reboot,
+    /// With `reboot.wait_for_inhibitors`: the reboot waits while this names a holder.
+    pub inhibited: Option<Inhibited>,
 }
 
 impl Follower {
@@ -86,15 +115,17 @@ impl Follower {
         loop {
             match self.coordinator.pre_reboot(&self.params).await {
                 Ok(msg) => {
-                    tracing::info!("update_engine: {msg}; rebooting through logind");
+                    if let Some(check) = &self.inhibited {
+                        while let Some(who) = check().await {
+                            tracing::info!("{msg}; waiting for the shutdown inhibitors of {who} (reboot.wait_for_inhibitors)");
+                            tokio::time::sleep(self.retry.min(INHIBITOR_RECHECK)).await;
+                        }
+                    }
+                    tracing::info!("{msg}; rebooting through logind");
                     return (self.reboot)().await;
                 }
                 Err(r) => {
-                    tracing::info!(
-                        kind = r.kind,
-                        "update_engine: waiting to reboot: {}",
-                        r.value
-                    );
+                    tracing::info!(kind = r.kind, "waiting to reboot: {}", r.value);
                     tokio::time::sleep(self.retry).await;
                 }
             }

@@ -17,7 +17,38 @@ pub(crate) fn render(st: &Status, memory: Option<(u64, u64)>) -> String {
     audit_and_credentials(st, &mut gauge);
     daemon(st, memory, &mut gauge);
     reboot(st, &mut gauge);
+    node_condition(st, &mut gauge);
     o
+}
+
+fn node_condition(st: &Status, gauge: &mut Gauge) {
+    let Some(c) = &st.node_condition else { return };
+    if c.sent_at > 0 {
+        let samples: Vec<(String, f64)> = ["True", "False", "Unknown"]
+            .iter()
+            .map(|s| {
+                (
+                    format!("{{status=\"{s}\"}}"),
+                    f64::from(u8::from(c.condition.status == *s)),
+                )
+            })
+            .collect();
+        gauge(
+            "nodectl_node_condition",
+            "The NodectlReady condition last sent to this node's Node (1 for its status).",
+            &samples,
+        );
+        gauge(
+            "nodectl_node_condition_sent_timestamp_seconds",
+            "When the NodectlReady condition was last sent (Unix time).",
+            &[(String::new(), c.sent_at as f64)],
+        );
+    }
+    gauge(
+        "nodectl_node_condition_failing",
+        "1 while the last attempt to send the NodectlReady condition failed (nodectl status says why).",
+        &[(String::new(), f64::from(u8::from(c.error.is_some())))],
+    );
 }
 
 /// A gauge's writer: name, help, samples (labels, value).

@@ -1,7 +1,10 @@
 //! What `nodectl status` shows, as one serializable value (the `--json` schema, documented in
 //! docs/status.md) and as text for people.
 
+pub mod condition;
+pub mod fleet;
 pub mod metrics;
+pub mod report;
 mod text;
 
 use serde::{Deserialize, Serialize};
@@ -45,6 +48,9 @@ pub struct Status {
     pub reboot: Option<crate::reboot::coordinator::RebootStatus>,
     /// `nodectl audit`'s findings, summarised.
     pub audit: Option<AuditSummary>,
+    /// The `NodectlReady` condition last sent to the node's Node, and when.
+    #[serde(default)]
+    pub node_condition: Option<condition::ConditionReport>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -18,6 +18,7 @@ impl Status {
         self.audit_line(&mut o);
         self.credentials_line(&mut o);
         self.reboot_line(&mut o);
+        self.condition_line(&mut o);
         if !self.steps.is_empty() {
             o.push('\n');
             o.push_str(&render_steps(&self.steps));
@@ -179,19 +180,47 @@ impl Status {
         }
     }
 
+    fn condition_line(&self, o: &mut String) {
+        let Some(c) = &self.node_condition else {
+            return;
+        };
+        let now = now_secs();
+        let sent = if c.sent_at > 0 {
+            format!(
+                "{}={} ({}), sent {}s ago, this status since {}s ago",
+                super::condition::CONDITION_TYPE,
+                c.condition.status,
+                c.condition.reason,
+                now.saturating_sub(c.sent_at),
+                now.saturating_sub(c.transition_at)
+            )
+        } else {
+            "not sent yet".to_string()
+        };
+        let error = c
+            .error
+            .as_ref()
+            .map_or(String::new(), |e| format!("; last attempt: {e}"));
+        let _ = writeln!(o, "  Condition: {sent}{error}");
+    }
+
     fn reboot_line(&self, o: &mut String) {
         if let Some(r) = &self.reboot {
             let holders: Vec<String> = r.holders.iter().map(|h| h.node.clone()).collect();
             let _ = writeln!(
                 o,
-                "    Reboots: {}{} (FleetLock on {}{})",
+                "    Reboots: {}{} ({}{})",
                 r.state,
                 if r.detail.is_empty() {
                     String::new()
                 } else {
                     format!(": {}", r.detail)
                 },
-                r.endpoint,
+                if r.endpoint.starts_with("http") {
+                    format!("FleetLock on {}", r.endpoint)
+                } else {
+                    format!("following {}", r.endpoint)
+                },
                 r.group.as_ref().map_or(String::new(), |g| format!(
                     "; group {g} held by {}",
                     if holders.is_empty() {

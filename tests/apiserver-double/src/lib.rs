@@ -42,6 +42,8 @@ use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{json, Value};
 use tokio::sync::broadcast;
 
+mod nodes;
+
 pub const SIGNER: &str = "kubernetes.io/kube-apiserver-client-kubelet";
 const CSR_PATH: &str = "/apis/certificates.k8s.io/v1/certificatesigningrequests";
 
@@ -115,6 +117,8 @@ struct State {
     nodes: BTreeMap<String, Value>,
     /// Pods by (namespace, name).
     pods: BTreeMap<(String, String), Value>,
+    /// Every authenticated request: (user, method, path).
+    requests: Vec<(String, String, String)>,
     /// Pods a PodDisruptionBudget protects now (eviction refused with 429).
     protected: std::collections::BTreeSet<(String, String)>,
 }
@@ -222,6 +226,7 @@ impl Double {
                 lease_history: Vec::new(),
                 nodes: BTreeMap::new(),
                 pods: BTreeMap::new(),
+                requests: Vec::new(),
                 protected: Default::default(),
             }),
             events,
@@ -459,6 +464,11 @@ impl Double {
         }
     }
 
+    /// Every authenticated request so far: (user, method, path).
+    pub fn requests(&self) -> Vec<(String, String, String)> {
+        self.inner.state.lock().expect("state").requests.clone()
+    }
+
     pub fn delete_node(&self, name: &str) {
         self.inner.state.lock().expect("state").nodes.remove(name);
     }
@@ -588,6 +598,11 @@ async fn handle(
         return fail(StatusCode::UNAUTHORIZED, "Unauthorized", "Unauthorized");
     };
     let path = req.uri().path().to_string();
+    inner.state.lock().expect("state").requests.push((
+        user.name.clone(),
+        req.method().to_string(),
+        path.clone(),
+    ));
     let query: BTreeMap<String, String> = req
         .uri()
         .query()
@@ -651,41 +666,8 @@ async fn handle(
             }
         }
         (_, p) if p.starts_with(LEASES) => leases(&inner, &user, req, p).await,
-        (Method::GET, p) if p.starts_with("/api/v1/nodes/") => {
-            let name = &p["/api/v1/nodes/".len()..];
-            match inner.state.lock().expect("state").nodes.get(name) {
-                Some(n) => reply(StatusCode::OK, n),
-                None => fail(
-                    StatusCode::NOT_FOUND,
-                    "NotFound",
-                    &format!("nodes \"{name}\" not found"),
-                ),
-            }
-        }
-        (Method::PATCH, p) if p.starts_with("/api/v1/nodes/") => {
-            if !is_node_or_admin(&user) {
-                return fail(StatusCode::FORBIDDEN, "Forbidden", "nodes is forbidden");
-            }
-            let name = p["/api/v1/nodes/".len()..].to_string();
-            let patch = match json_of(&body_of(req).await, "the patch") {
-                Ok(p) => p,
-                Err(r) => return *r,
-            };
-            let mut st = inner.state.lock().expect("state");
-            st.rv += 1;
-            let rv = st.rv;
-            match st.nodes.get_mut(&name) {
-                Some(n) => {
-                    merge_patch(n, &patch);
-                    n["metadata"]["resourceVersion"] = json!(rv.to_string());
-                    reply(StatusCode::OK, n)
-                }
-                None => fail(
-                    StatusCode::NOT_FOUND,
-                    "NotFound",
-                    &format!("nodes \"{name}\" not found"),
-                ),
-            }
+        (_, p) if p == "/api/v1/nodes" || p.starts_with("/api/v1/nodes/") => {
+            nodes::route(&inner, &user, req, p).await
         }
         (Method::GET, "/api/v1/pods") => {
             if !is_node_or_admin(&user) {

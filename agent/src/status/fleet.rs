@@ -1,0 +1,190 @@
+//! `nodectl fleet`: every Node's nodectld state in one table, from what each nodectld put on
+//! its Node (the `NodectlReady` condition and the `nodectl.io/*` annotations), unhealthy first
+//! (pure: Node objects in, rows and text out).
+
+use std::fmt::Write as _;
+
+use k8s_openapi::api::core::v1::Node;
+use serde::Serialize;
+
+use super::condition::{
+    ANNOTATION_AUDIT, ANNOTATION_CERT_EXPIRY, ANNOTATION_REBOOT, ANNOTATION_VERSION, CONDITION_TYPE,
+};
+
+/// One node's row.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Row {
+    pub name: String,
+    /// `controller` or `worker` (Typhoon's `node.kubernetes.io/controller` label).
+    pub role: String,
+    /// The condition's status (`True`, `False`, `Unknown`), `none` when nodectld never
+    /// reported.
+    pub nodectl: String,
+    pub reason: String,
+    pub message: String,
+    /// `lastTransitionTime`.
+    pub since: String,
+    pub reboot: String,
+    pub audit: String,
+    pub version: String,
+    pub certificate_not_after: String,
+    /// The condition is `True`.
+    pub ready: bool,
+}
+
+impl Row {
+    /// Unhealthy first: failed, then unknown or never reported, then rebooting, then ready.
+    fn rank(&self) -> u8 {
+        match (self.nodectl.as_str(), self.reboot.as_str()) {
+            ("False", _) => 0,
+            ("True", "idle" | "") => 3,
+            ("True", _) => 2,
+            _ => 1,
+        }
+    }
+}
+
+/// The rows for these Nodes, unhealthy first, then by name.
+pub fn rows(nodes: &[Node]) -> Vec<Row> {
+    let mut rows: Vec<Row> = nodes.iter().map(row).collect();
+    rows.sort_by(|a, b| a.rank().cmp(&b.rank()).then_with(|| a.name.cmp(&b.name)));
+    rows
+}
+
+fn row(n: &Node) -> Row {
+    let meta = &n.metadata;
+    let label = |k: &str| meta.labels.as_ref().and_then(|l| l.get(k)).cloned();
+    let ann = |k: &str| {
+        meta.annotations
+            .as_ref()
+            .and_then(|a| a.get(k))
+            .cloned()
+            .unwrap_or_default()
+    };
+    let controller = label("node.kubernetes.io/controller").as_deref() == Some("true")
+        || label("node-role.kubernetes.io/control-plane").is_some();
+    let cond = n
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == CONDITION_TYPE));
+    Row {
+        name: meta.name.clone().unwrap_or_default(),
+        role: if controller { "controller" } else { "worker" }.into(),
+        nodectl: cond.map_or("none".into(), |c| c.status.clone()),
+        reason: cond.and_then(|c| c.reason.clone()).unwrap_or_default(),
+        message: cond.and_then(|c| c.message.clone()).unwrap_or_default(),
+        since: cond
+            .and_then(|c| c.last_transition_time.as_ref())
+            .map(|t| t.0.to_string())
+            .unwrap_or_default(),
+        reboot: ann(ANNOTATION_REBOOT),
+        audit: ann(ANNOTATION_AUDIT),
+        version: ann(ANNOTATION_VERSION),
+        certificate_not_after: ann(ANNOTATION_CERT_EXPIRY),
+        ready: cond.is_some_and(|c| c.status == "True"),
+    }
+}
+
+/// The table for people.
+pub fn render(rows: &[Row]) -> String {
+    let dash = |s: &str| {
+        if s.is_empty() {
+            "-".to_string()
+        } else {
+            s.to_string()
+        }
+    };
+    let table: Vec<[String; 8]> = rows
+        .iter()
+        .map(|r| {
+            [
+                r.name.clone(),
+                r.role.clone(),
+                if r.reason.is_empty() {
+                    r.nodectl.clone()
+                } else {
+                    format!("{} ({})", r.nodectl, r.reason)
+                },
+                dash(&r.since),
+                dash(&r.reboot),
+                dash(&r.audit),
+                dash(&r.version),
+                dash(&r.certificate_not_after),
+            ]
+        })
+        .collect();
+    let head = [
+        "NODE",
+        "ROLE",
+        "NODECTL",
+        "SINCE",
+        "REBOOT",
+        "AUDIT",
+        "VERSION",
+        "CERT-NOT-AFTER",
+    ];
+    let mut width = head.map(str::len);
+    for r in &table {
+        for (w, c) in width.iter_mut().zip(r) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let mut o = String::new();
+    let mut line = |cells: &[String]| {
+        let l: Vec<String> = cells
+            .iter()
+            .zip(width)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
+        let _ = writeln!(o, "{}", l.join("  ").trim_end());
+    };
+    line(&head.map(String::from));
+    for r in &table {
+        line(r);
+    }
+    for r in rows.iter().filter(|r| r.nodectl == "False") {
+        let _ = writeln!(o, "\n{}: {}", r.name, r.message);
+    }
+    o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(name: &str, status: Option<&str>, reason: &str, reboot: &str) -> Node {
+        let mut v = serde_json::json!({"metadata": {"name": name, "annotations": {ANNOTATION_REBOOT: reboot}},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}]}});
+        if let Some(s) = status {
+            v["status"]["conditions"]
+                .as_array_mut()
+                .unwrap()
+                .push(serde_json::json!({
+                "type": CONDITION_TYPE, "status": s, "reason": reason, "message": "m",
+                "lastTransitionTime": "2026-12-01T00:00:00Z"}));
+        }
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn unhealthy_first_then_rebooting_then_ready() {
+        let rows = rows(&[
+            node("a-ok", Some("True"), "Converged", "idle"),
+            node("b-rebooting", Some("True"), "Converged", "draining"),
+            node("c-failed", Some("False"), "SecretsFailed", "idle"),
+            node("d-silent", None, "", ""),
+        ]);
+        let names: Vec<&str> = rows.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(names, ["c-failed", "d-silent", "b-rebooting", "a-ok"]);
+        assert_eq!(rows[1].nodectl, "none");
+        let text = render(&rows);
+        assert!(
+            text.lines().nth(1).unwrap().starts_with(
+                "c-failed     worker  False (SecretsFailed)  2026-12-01T00:00:00Z  idle"
+            ),
+            "{text}"
+        );
+        assert!(text.ends_with("c-failed: m\n"), "{text}");
+    }
+}

@@ -1,0 +1,206 @@
+//! Tier 1: the real nodectld reports its `NodectlReady` condition to its own Node (the API
+//! double standing in for the API server, NodeRestriction modelled): nothing before the node
+//! has its own credentials and nothing with the bootstrap token; `True` once converged, `False`
+//! with the failed step as reason while a step fails, back to `True`; heartbeats spaced as
+//! configured; `nodectl status` and the metrics show what was sent and when.
+
+use std::path::Path;
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+mod common;
+use common::Bus;
+
+struct Daemon(Child);
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn condition(api: &nodectl_apiserver_double::Double, node: &str) -> Option<serde_json::Value> {
+    api.node(node)?["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == "NodectlReady")
+        .cloned()
+}
+
+async fn until_condition(
+    api: &nodectl_apiserver_double::Double,
+    what: &str,
+    pred: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let start = Instant::now();
+    loop {
+        if let Some(c) = condition(api, "w1") {
+            if pred(&c) {
+                return c;
+            }
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "timed out waiting for {what}; condition {:?}",
+            condition(api, "w1")
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn node_requests(api: &nodectl_apiserver_double::Double) -> Vec<(String, String, String)> {
+    api.requests()
+        .into_iter()
+        .filter(|(_, _, p)| p.starts_with("/api/v1/nodes"))
+        .collect()
+}
+
+fn scratch_root(root: &Path) {
+    std::fs::create_dir_all(root.join("etc/nodectl/config.d")).unwrap();
+    std::fs::write(
+        root.join("etc/os-release"),
+        "ID=debian\nPRETTY_NAME=\"Debian 12\"\n",
+    )
+    .unwrap();
+    std::fs::write(root.join("etc/resolv.conf"), "nameserver 10.0.0.2\n").unwrap();
+    std::fs::write(
+        root.join("etc/nodectl/config.d/10-node.toml"),
+        "[node]\nrole = \"worker\"\nname = \"w1\"\n[kubelet]\ncondition_heartbeat_secs = 1\n",
+    )
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_condition_follows_the_steps_and_beats_as_configured() {
+    let bus = Bus::start();
+    let api = nodectl_apiserver_double::Double::start(Default::default())
+        .await
+        .unwrap();
+    api.set_node("w1", true);
+    let d = tempfile::tempdir().unwrap();
+    let root = d.path();
+    scratch_root(root);
+    let _daemon = Daemon(
+        Command::new(env!("CARGO_BIN_EXE_nodectld"))
+            .arg("--root")
+            .arg(root)
+            .args(["--debounce-ms", "50"])
+            .env("DBUS_SYSTEM_BUS_ADDRESS", &bus.address)
+            .env_remove("JOURNAL_STREAM")
+            .env_remove("NOTIFY_SOCKET")
+            .spawn()
+            .unwrap(),
+    );
+    // Without credentials of its own, nothing is sent; then the bootstrap kubeconfig arrives.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(
+        node_requests(&api),
+        vec![],
+        "before the node has credentials"
+    );
+    std::fs::write(
+        root.join("etc/kubernetes/kubeconfig"),
+        api.bootstrap_kubeconfig("abcdef.0123456789abcdef"),
+    )
+    .unwrap();
+    let up = until_condition(&api, "True", |c| c["status"] == "True").await;
+    assert_eq!(up["reason"], "Converged");
+    for (user, method, path) in node_requests(&api) {
+        assert_eq!(user, "system:node:w1", "{method} {path} sent as {user}");
+    }
+    let annotations = api.node("w1").unwrap()["metadata"]["annotations"].clone();
+    assert_eq!(
+        annotations["nodectl.io/reboot-state"], "idle",
+        "{annotations}"
+    );
+    assert_eq!(
+        annotations["nodectl.io/agent-version"],
+        env!("CARGO_PKG_VERSION")
+    );
+    assert!(annotations["nodectl.io/certificate-not-after"]
+        .as_str()
+        .unwrap()
+        .ends_with('Z'));
+
+    // Heartbeats: one a second as configured (not one per pass, not a tight loop); the
+    // transition time stays.
+    let count = || {
+        node_requests(&api)
+            .iter()
+            .filter(|(_, m, p)| m == "PATCH" && p == "/api/v1/nodes/w1/status")
+            .count()
+    };
+    let (n0, t0) = (count(), Instant::now());
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    let beats = count() - n0;
+    assert!(
+        (2..=5).contains(&beats),
+        "{beats} heartbeats in {:?}",
+        t0.elapsed()
+    );
+    let later = condition(&api, "w1").unwrap();
+    assert_eq!(later["lastTransitionTime"], up["lastTransitionTime"]);
+    assert_ne!(later["lastHeartbeatTime"], up["lastHeartbeatTime"]);
+
+    // A bundle that escapes its directory fails the secrets step: False, with the step as reason.
+    let inbox = root.join("var/lib/nodectl/inbox");
+    std::fs::create_dir_all(&inbox).unwrap();
+    let bad = inbox.join("assets");
+    std::fs::write(&bad, "##### ../../etc/escape\nx\n").unwrap();
+    let old = std::time::SystemTime::now() - Duration::from_secs(5);
+    std::fs::File::options()
+        .write(true)
+        .open(&bad)
+        .unwrap()
+        .set_modified(old)
+        .unwrap();
+    let down = until_condition(&api, "False", |c| c["status"] == "False").await;
+    assert_eq!(down["reason"], "SecretsFailed", "{down}");
+    assert!(
+        down["message"].as_str().unwrap().starts_with("secrets: "),
+        "{down}"
+    );
+    assert_ne!(down["lastTransitionTime"], up["lastTransitionTime"]);
+
+    // nodectl status and the metrics say what was sent and when
+    let nodectl = |args: &[&str]| {
+        // no --root: the CLI asks the daemon over the (private) system bus
+        let out = Command::new(env!("CARGO_BIN_EXE_nodectl"))
+            .args(args)
+            .env("DBUS_SYSTEM_BUS_ADDRESS", &bus.address)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let out = nodectl(&["status", "--json"]);
+    let st: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(st["source"], "daemon", "{out}");
+    assert_eq!(st["node_condition"]["status"], "False", "{out}");
+    assert!(st["node_condition"]["sent_at"].as_u64().unwrap() > 0);
+    let text = nodectl(&["status"]);
+    assert!(
+        text.contains("Condition: NodectlReady=False (SecretsFailed), sent "),
+        "{text}"
+    );
+    let metrics = std::fs::read_to_string(root.join("run/nodectl/metrics/nodectl.prom")).unwrap();
+    assert!(
+        metrics.contains("nodectl_node_condition{status=\"False\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("nodectl_node_condition_sent_timestamp_seconds "),
+        "{metrics}"
+    );
+
+    // The bundle removed: True again (a second later, so the transition time shows it).
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    std::fs::remove_file(&bad).unwrap();
+    let again = until_condition(&api, "True again", |c| c["status"] == "True").await;
+    assert_ne!(again["lastTransitionTime"], down["lastTransitionTime"]);
+    // Nothing ever went out with the bootstrap token to the Node, nor for another node.
+    for (user, method, path) in node_requests(&api) {
+        assert_eq!(user, "system:node:w1", "{method} {path}");
+        assert!(path.starts_with("/api/v1/nodes/w1"), "{method} {path}");
+    }
+}
