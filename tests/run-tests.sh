@@ -29,7 +29,9 @@ if [[ " $TIERS " == *" 1 "* ]]; then
   # 50 ms guard) would measure that writeback instead (57 ms seen once on a fresh clone).
   if cargo test --workspace --no-run 2>&1; then
     sync
-    cargo test --workspace 2>&1
+    cargo test --workspace 2>&1 &&
+      # the crash campaign: binaries with crash points (feature failpoints), >= 500 kills
+      cargo test -p nodectl --features failpoints --test crash_campaign -- --nocapture 2>&1
   fi
   record 1 $?
 fi

@@ -7,7 +7,11 @@ use crate::root::Root;
 
 fn lookup(root: &Root, files: &[&str], name: &str) -> Option<u32> {
     files.iter().find_map(|f| {
-        let text = std::fs::read_to_string(root.path(f)).ok()?;
+        let text = crate::util::bounded::read_to_string(
+            &root.path(f),
+            crate::util::bounded::MAX_INPUT_BYTES,
+        )
+        .ok()?;
         text.lines().find_map(|l| {
             let mut parts = l.split(':');
             (parts.next()? == name).then_some(())?;

@@ -89,7 +89,10 @@ impl Host {
     pub fn detect(root: &Root) -> Result<Host, HostError> {
         let mut found = None;
         for f in ["/etc/os-release", "/usr/lib/os-release"] {
-            match std::fs::read_to_string(root.path(f)) {
+            match crate::util::bounded::read_to_string(
+                &root.path(f),
+                crate::util::bounded::MAX_SMALL_BYTES,
+            ) {
                 Ok(t) => {
                     found = Some((f, t));
                     break;

@@ -144,8 +144,11 @@ pub(crate) async fn connect(
     node_path: &Path,
     retry: bool,
 ) -> Result<Connection, KubeconfigError> {
-    let text = std::fs::read_to_string(root.path(node_path))
-        .map_err(|e| err(node_path, format!("cannot read: {e}")))?;
+    let text = crate::util::bounded::read_to_string(
+        &root.path(node_path),
+        crate::util::bounded::MAX_INPUT_BYTES,
+    )
+    .map_err(|e| err(node_path, format!("cannot read: {e}")))?;
     let mut kc = parse(&text, node_path)?;
     let ca = cluster_ca(root, node_path)?;
     let server = cluster(&kc, node_path)?
@@ -208,8 +211,8 @@ pub enum ClientError {
 /// `certificate-authority-data`, or the `certificate-authority` file (relative to the kubeconfig).
 pub(crate) fn cluster_ca(root: &Root, node_path: &Path) -> Result<Vec<u8>, KubeconfigError> {
     let real = root.path(node_path);
-    let text =
-        std::fs::read_to_string(&real).map_err(|e| err(node_path, format!("cannot read: {e}")))?;
+    let text = crate::util::bounded::read_to_string(&real, crate::util::bounded::MAX_INPUT_BYTES)
+        .map_err(|e| err(node_path, format!("cannot read: {e}")))?;
     let kc = parse(&text, node_path)?;
     let named = cluster(&kc, node_path)?;
     let c = named.cluster.as_ref().ok_or_else(|| {
@@ -232,12 +235,14 @@ pub(crate) fn cluster_ca(root: &Root, node_path: &Path) -> Result<Vec<u8>, Kubec
             })?
     } else if let Some(file) = &c.certificate_authority {
         let p = node_path.parent().unwrap_or(Path::new("/")).join(file);
-        std::fs::read(root.path(&p)).map_err(|e| {
-            err(
-                node_path,
-                format!("certificate-authority {}: {e}", p.display()),
-            )
-        })?
+        crate::util::bounded::read(&root.path(&p), crate::util::bounded::MAX_INPUT_BYTES).map_err(
+            |e| {
+                err(
+                    node_path,
+                    format!("certificate-authority {}: {e}", p.display()),
+                )
+            },
+        )?
     } else {
         return Err(err(
             node_path,

@@ -26,3 +26,8 @@ pub mod root;
 mod status;
 pub mod steps;
 pub mod util;
+
+// The malformed-input corpus and the property-based runs (kept outside src/: test data).
+#[cfg(test)]
+#[path = "../tests/corpus/malformed.rs"]
+mod malformed_corpus;

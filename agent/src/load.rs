@@ -17,16 +17,19 @@ pub enum LoadError {
 
 /// The hostname: `<root>/etc/hostname` when present (a node's static name), else the kernel's.
 pub(crate) fn hostname(root: &Root) -> String {
-    std::fs::read_to_string(root.path("/etc/hostname"))
-        .ok()
-        .map(|s| s.trim().to_string())
-        .filter(|s| !s.is_empty())
-        .or_else(|| {
-            nix::unistd::gethostname()
-                .ok()
-                .and_then(|h| h.into_string().ok())
-        })
-        .unwrap_or_else(|| "localhost".into())
+    crate::util::bounded::read_to_string(
+        &root.path("/etc/hostname"),
+        crate::util::bounded::MAX_SMALL_BYTES,
+    )
+    .ok()
+    .map(|s| s.trim().to_string())
+    .filter(|s| !s.is_empty())
+    .or_else(|| {
+        nix::unistd::gethostname()
+            .ok()
+            .and_then(|h| h.into_string().ok())
+    })
+    .unwrap_or_else(|| "localhost".into())
 }
 
 /// Detects the host under `root` (see [`Host::detect`]).

@@ -44,7 +44,12 @@ impl Root {
             match std::fs::read_link(self.path(&p)) {
                 Ok(t) if t.is_absolute() => p = t,
                 Ok(t) => p = p.parent().unwrap_or(Path::new("/")).join(t),
-                Err(_) => return std::fs::read(self.path(&p)),
+                Err(_) => {
+                    return crate::util::bounded::read(
+                        &self.path(&p),
+                        crate::util::bounded::MAX_INPUT_BYTES,
+                    )
+                }
             }
         }
         Err(std::io::Error::other(format!(

@@ -2,21 +2,12 @@
 //! stand-in records what systemd would be asked).
 
 mod common;
-use common::nodectl;
+use common::{
+    calls, controller_bundle, controller_root, drop_bundle, nodectl, scratch, typhoon_bundle, CERT,
+    KEY, TOKEN,
+};
 
 use std::path::Path;
-
-const FCOS: &str = "NAME=\"Fedora Linux\"\nID=fedora\nVERSION_ID=42\nVARIANT_ID=coreos\nPRETTY_NAME=\"Fedora CoreOS 42\"\n";
-
-fn scratch(config: &str) -> tempfile::TempDir {
-    let d = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(d.path().join("etc/nodectl/config.d")).unwrap();
-    std::fs::write(d.path().join("etc/os-release"), FCOS).unwrap();
-    // DNS configured (the node-identity step waits for it).
-    std::fs::write(d.path().join("etc/resolv.conf"), "nameserver 10.0.0.2\n").unwrap();
-    std::fs::write(d.path().join("etc/nodectl/config.d/10-node.toml"), config).unwrap();
-    d
-}
 
 fn example_worker() -> String {
     std::fs::read_to_string(concat!(
@@ -31,13 +22,6 @@ async fn apiserver() -> nodectl_apiserver_double::Double {
     nodectl_apiserver_double::Double::start(Default::default())
         .await
         .unwrap()
-}
-
-const TOKEN: &str = "abcdef.0123456789abcdef";
-
-fn calls(root: &Path) -> serde_json::Value {
-    let t = std::fs::read_to_string(root.join("run/nodectl/offline-systemd.json")).unwrap();
-    serde_json::from_str::<serde_json::Value>(&t).unwrap()["calls"].clone()
 }
 
 #[test]
@@ -234,69 +218,9 @@ fn container_linux_is_refused() {
     );
 }
 
-const CERT: &str = "-----BEGIN CERTIFICATE-----\nMIIBfake\n-----END CERTIFICATE-----";
-const KEY: &str = "-----BEGIN EC PRIVATE KEY-----\nMHcfake\n-----END EC PRIVATE KEY-----";
-
-fn typhoon_bundle(records: &[(&str, &str)]) -> String {
-    records
-        .iter()
-        .map(|(k, v)| format!("##### {k}\n{v}"))
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
-/// Drops a bundle into the inbox as a finished copy (modified long enough ago to be complete).
-fn drop_bundle(root: &Path, name: &str, text: &str) {
-    let inbox = root.join("var/lib/nodectl/inbox");
-    std::fs::create_dir_all(&inbox).unwrap();
-    let p = inbox.join(name);
-    std::fs::write(&p, text).unwrap();
-    let old = std::time::SystemTime::now() - std::time::Duration::from_secs(10);
-    std::fs::File::options()
-        .write(true)
-        .open(&p)
-        .unwrap()
-        .set_modified(old)
-        .unwrap();
-}
-
 fn mode(p: &Path) -> u32 {
     use std::os::unix::fs::PermissionsExt;
     std::fs::metadata(p).unwrap().permissions().mode() & 0o7777
-}
-
-fn controller_root() -> tempfile::TempDir {
-    let d = scratch("[node]\nrole = \"controller\"\nname = \"controller-0\"\n");
-    std::fs::write(
-        d.path().join("etc/passwd"),
-        "root:x:0:0::/root:/bin/sh\netcd:x:232:232::/var/lib/etcd:/sbin/nologin\n",
-    )
-    .unwrap();
-    std::fs::write(d.path().join("etc/group"), "root:x:0:\netcd:x:232:\n").unwrap();
-    d
-}
-
-fn controller_bundle(bootstrap: &str) -> String {
-    typhoon_bundle(&[
-        ("tls/etcd/peer.crt", CERT),
-        ("tls/etcd/peer.key", KEY),
-        ("tls/etcd/etcd-client.key", KEY),
-        ("tls/k8s/ca.crt", CERT),
-        ("tls/k8s/ca.key", KEY),
-        (
-            "auth/admin.conf",
-            "apiVersion: v1\nusers:\n- user:\n    client-key-data: Zm9v",
-        ),
-        (
-            "static-manifests/kube-apiserver.yaml",
-            "apiVersion: v1\nkind: Pod",
-        ),
-        (
-            "manifests/coredns/service.yaml",
-            "apiVersion: v1\nkind: Service",
-        ),
-        ("kubelet/kubeconfig", bootstrap),
-    ])
 }
 
 /// The bootstrap kubeconfig as a bundle record (no trailing newline: the record adds one).

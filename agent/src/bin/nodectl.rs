@@ -2,6 +2,9 @@ use clap::Parser;
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
+    // The crash campaign's crash points (FAILPOINTS), in builds with the feature only.
+    #[cfg(feature = "failpoints")]
+    let _crash_points = fail::FailScenario::setup();
     nodectl::logging::init("warn");
     let cli = nodectl::cli::Cli::parse();
     match nodectl::cli::run(cli).await {

@@ -23,6 +23,9 @@ struct Args {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
+    // The crash campaign's crash points (FAILPOINTS), in builds with the feature only.
+    #[cfg(feature = "failpoints")]
+    let _crash_points = fail::FailScenario::setup();
     nodectl::logging::init("info");
     let a = Args::parse();
     let opts = nodectl::daemon::Options {

@@ -177,6 +177,16 @@ pub(crate) fn fragment_files(root: &Root) -> Result<Vec<PathBuf>, ConfigError> {
                 continue;
             }
             by_name.insert(name, entry.path());
+            if by_name.len() > crate::util::bounded::MAX_FRAGMENTS {
+                return Err(err(
+                    Some(&real),
+                    "",
+                    format!(
+                        "more than {} config fragments",
+                        crate::util::bounded::MAX_FRAGMENTS
+                    ),
+                ));
+            }
         }
     }
     Ok(by_name
@@ -192,8 +202,9 @@ pub(crate) fn fragment_files(root: &Root) -> Result<Vec<PathBuf>, ConfigError> {
 pub(crate) fn load(root: &Root) -> Result<Merged, ConfigError> {
     let mut merged = Merged::default();
     for file in fragment_files(root)? {
-        let text = std::fs::read_to_string(&file)
-            .map_err(|e| err(Some(&file), "", format!("cannot read: {e}")))?;
+        let text =
+            crate::util::bounded::read_to_string(&file, crate::util::bounded::MAX_INPUT_BYTES)
+                .map_err(|e| err(Some(&file), "", format!("cannot read: {e}")))?;
         let frag = Fragment::parse(&text, &file)?;
         merged.add(frag, &file);
     }

@@ -183,6 +183,7 @@ impl Bootstrap<'_> {
             }
             Err(e) => return Err(api_err(&server, self.via)(e)),
         }
+        crate::util::crash_point!("csr::created");
         if let Some(f) = self.on_request {
             f(&name);
         }

@@ -129,13 +129,16 @@ pub fn store(
     }
     content.extend_from_slice(key_pem.as_bytes());
     w.write(&private(w, FileSpec::new(dir.join(&name), content, 0o600)))?;
+    crate::util::crash_point!("store::stored");
     let real_dir = w.root().path(dir);
     let tmp = real_dir.join(format!(".{CURRENT}.nodectl-new"));
     let _ = std::fs::remove_file(&tmp);
     // Absolute target as on the node (kubelet does the same), so the link works under a root.
     symlink(dir.join(&name), &tmp).with_context(|| format!("creating {}", tmp.display()))?;
+    crate::util::crash_point!("store::link");
     std::fs::rename(&tmp, real_dir.join(CURRENT))
         .with_context(|| format!("switching {}", real_dir.join(CURRENT).display()))?;
+    crate::util::crash_point!("store::switched");
     std::fs::File::open(&real_dir)
         .and_then(|d| d.sync_all())
         .with_context(|| format!("fsync {}", real_dir.display()))?;

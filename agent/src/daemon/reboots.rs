@@ -132,8 +132,9 @@ fn client_id(root: &Root, s: &Settings) -> anyhow::Result<String> {
         return Ok(s.node_name.clone());
     }
     let mid_path = root.path("/etc/machine-id");
-    let mid = std::fs::read_to_string(&mid_path)
-        .with_context(|| format!("reading {}", mid_path.display()))?;
+    let mid =
+        crate::util::bounded::read_to_string(&mid_path, crate::util::bounded::MAX_SMALL_BYTES)
+            .with_context(|| format!("reading {}", mid_path.display()))?;
     zincati_id(&mid).with_context(|| format!("{}: not 32 hexadecimal digits", mid_path.display()))
 }
 

@@ -6,9 +6,11 @@
 
 mod at;
 mod attrs;
+mod dirs;
 
 pub(crate) use attrs::open_nofollow;
 
+use crate::util::crash_point;
 use std::fmt;
 use std::fs::{self, File};
 use std::io::{self, Write};
@@ -326,6 +328,7 @@ impl<'a> Writer<'a> {
             }
             f.set_permissions(fs::Permissions::from_mode(spec.mode))
                 .map_err(werr(&at.real, "chmod"))?;
+            crash_point!("fsio::fixed");
             return Ok(Outcome::MetadataFixed);
         }
         if diff.missing {
@@ -345,25 +348,32 @@ impl<'a> Writer<'a> {
                     .tempfile_in(&dir)
             })
             .map_err(|e| label_err(&at.real, e))?;
+        crash_point!("fsio::temp");
         let f: &File = tmp.as_file();
         if let Some(l) = &label {
             self.labeler
                 .set_on_fd(f, &at.real, l)
                 .map_err(|e| label_err(&at.real, e))?;
+            crash_point!("fsio::label");
         }
         if self.chown {
             fchown(f, &at.real, spec.uid, spec.gid)?;
+            crash_point!("fsio::chown");
         }
         f.set_permissions(fs::Permissions::from_mode(spec.mode))
             .map_err(werr(&at.real, "fchmod"))?;
+        crash_point!("fsio::chmod");
         (&*f)
             .write_all(&spec.content)
             .map_err(werr(&at.real, "write"))?;
+        crash_point!("fsio::write");
         f.sync_all().map_err(werr(&at.real, "fsync"))?;
+        crash_point!("fsio::fsync");
         // Both names through the held directory: the rename happens in it, wherever its path
         // now leads.
         tmp.persist(&at.via)
             .map_err(|e| werr(&at.real, "rename")(e.error))?;
+        crash_point!("fsio::rename");
         at.sync_dir().map_err(werr(&at.real, "fsync directory"))?;
         Ok(if diff.missing {
             Outcome::Created
@@ -424,31 +434,13 @@ impl<'a> Writer<'a> {
         }
         let at = self.place(&spec.path)?;
         let label = self.wanted_label(&spec.path, &spec.label, S_IFDIR);
-        if diff.missing {
-            // Born with its label and 0700, so nothing can enter before its final metadata is set.
-            self.labeler
-                .create_with(label.as_ref(), &at.real, || {
-                    fs::DirBuilder::new().mode(0o700).create(&at.via)
-                })
-                .map_err(|e| label_err(&at.real, e))?;
+        if diff.missing && self.create_dir_renamed(spec, &at, label.as_ref())? {
+            return Ok(Outcome::Created);
         }
         let d = attrs::open_nofollow(&at.via).map_err(werr(&at.real, "open directory"))?;
-        if let Some(l) = &label {
-            self.labeler
-                .set_on_fd(&d, &at.real, l)
-                .map_err(|e| label_err(&at.real, e))?;
-        }
-        if self.chown {
-            fchown(&d, &at.real, spec.uid, spec.gid)?;
-        }
-        d.set_permissions(fs::Permissions::from_mode(spec.mode))
-            .map_err(werr(&at.real, "chmod"))?;
-        if diff.missing {
-            at.sync_dir().map_err(werr(&at.real, "fsync directory"))?;
-            Ok(Outcome::Created)
-        } else {
-            Ok(Outcome::MetadataFixed)
-        }
+        self.set_dir_meta(&d, spec, &at.real, label.as_ref())?;
+        crash_point!("fsio::dirmeta");
+        Ok(Outcome::MetadataFixed)
     }
 
     /// Removes a file (not a directory); `false` when it was not there.
@@ -458,6 +450,7 @@ impl<'a> Writer<'a> {
         };
         match fs::remove_file(&at.via) {
             Ok(()) => {
+                crash_point!("fsio::removed");
                 at.sync_dir().map_err(werr(&at.real, "fsync directory"))?;
                 Ok(true)
             }
@@ -466,8 +459,6 @@ impl<'a> Writer<'a> {
         }
     }
 }
-
-use std::os::unix::fs::DirBuilderExt;
 
 /// chown through a descriptor (the entry itself, never a symlink's target).
 fn fchown(f: &File, real: &Path, uid: u32, gid: u32) -> Result<(), WriteError> {

@@ -87,7 +87,7 @@ pub(crate) fn lease_name(group: &str) -> String {
 
 /// The holders stored in the Lease: every entry that parses and names the node of its key, in
 /// the order they took their slots; the others, by key.
-fn slots_of(l: &Lease) -> (Slots, Vec<String>) {
+pub(crate) fn slots_of(l: &Lease) -> (Slots, Vec<String>) {
     let mut slots = Slots::default();
     let mut bad = Vec::new();
     for (k, v) in l.metadata.annotations.iter().flatten() {

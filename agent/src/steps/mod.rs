@@ -14,7 +14,7 @@
 //! [`Step`], one line in [`engine`] (and in the dependency test below).
 
 mod bootstrap_kubeconfig;
-mod bundle;
+pub(crate) mod bundle;
 mod fileset;
 mod kubelet;
 mod kubelet_ca;

@@ -46,7 +46,11 @@ fn metadata_missing(cx: &Cx) -> Option<String> {
     else {
         return None;
     };
-    let text = std::fs::read_to_string(cx.root.path(env_file)).unwrap_or_default();
+    let text = crate::util::bounded::read_to_string(
+        &cx.root.path(env_file),
+        crate::util::bounded::MAX_SMALL_BYTES,
+    )
+    .unwrap_or_default();
     let set = |var: &str| {
         text.lines()
             .filter_map(|l| l.split_once('='))
@@ -78,7 +82,7 @@ impl Step for NodeIdentity {
                     "a hostname other than {name:?} (node.name is not set, so the node is named after its hostname)"
                 )));
             }
-            let resolv = std::fs::read_to_string(cx.root.path(RESOLV_CONF)).unwrap_or_default();
+            let resolv = crate::util::bounded::read_to_string(&cx.root.path(RESOLV_CONF), crate::util::bounded::MAX_SMALL_BYTES).unwrap_or_default();
             if !dns_configured(&resolv) {
                 cx.recheck_in(RECHECK);
                 return Ok(Observation::Waiting(format!(

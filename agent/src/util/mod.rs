@@ -1,6 +1,21 @@
 //! Small pure utilities every layer may use: time formatting, jitter, Kubernetes name syntax,
 //! reboot windows and time zones.
 
+pub mod bounded;
+
+/// A crash point: with the `failpoints` feature and FAILPOINTS naming it (action `return`),
+/// the process aborts here, as if killed at this instant (the crash campaign); nothing otherwise.
+#[cfg(feature = "failpoints")]
+macro_rules! crash_point {
+    ($name:literal) => {
+        fail::fail_point!($name, |_| { std::process::abort() })
+    };
+}
+#[cfg(not(feature = "failpoints"))]
+macro_rules! crash_point {
+    ($name:literal) => {};
+}
+pub(crate) use crash_point;
 pub mod names;
 pub mod time;
 pub mod window;

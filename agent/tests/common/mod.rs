@@ -85,3 +85,84 @@ pub fn kubelet_rotates(root: &Path, kubeconfig: &str) -> &'static str {
     .unwrap();
     FILE
 }
+
+// Scratch-root nodes (cli_scratch_root.rs, crash_campaign.rs).
+
+pub const FCOS: &str = "NAME=\"Fedora Linux\"\nID=fedora\nVERSION_ID=42\nVARIANT_ID=coreos\nPRETTY_NAME=\"Fedora CoreOS 42\"\n";
+
+pub fn scratch(config: &str) -> tempfile::TempDir {
+    let d = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(d.path().join("etc/nodectl/config.d")).unwrap();
+    std::fs::write(d.path().join("etc/os-release"), FCOS).unwrap();
+    // DNS configured (the node-identity step waits for it).
+    std::fs::write(d.path().join("etc/resolv.conf"), "nameserver 10.0.0.2\n").unwrap();
+    std::fs::write(d.path().join("etc/nodectl/config.d/10-node.toml"), config).unwrap();
+    d
+}
+
+pub const TOKEN: &str = "abcdef.0123456789abcdef";
+
+pub fn calls(root: &Path) -> serde_json::Value {
+    let t = std::fs::read_to_string(root.join("run/nodectl/offline-systemd.json")).unwrap();
+    serde_json::from_str::<serde_json::Value>(&t).unwrap()["calls"].clone()
+}
+
+pub const CERT: &str = "-----BEGIN CERTIFICATE-----\nMIIBfake\n-----END CERTIFICATE-----";
+pub const KEY: &str = "-----BEGIN EC PRIVATE KEY-----\nMHcfake\n-----END EC PRIVATE KEY-----";
+
+pub fn typhoon_bundle(records: &[(&str, &str)]) -> String {
+    records
+        .iter()
+        .map(|(k, v)| format!("##### {k}\n{v}"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Drops a bundle into the inbox as a finished copy (modified long enough ago to be complete).
+pub fn drop_bundle(root: &Path, name: &str, text: &str) {
+    let inbox = root.join("var/lib/nodectl/inbox");
+    std::fs::create_dir_all(&inbox).unwrap();
+    let p = inbox.join(name);
+    std::fs::write(&p, text).unwrap();
+    let old = std::time::SystemTime::now() - std::time::Duration::from_secs(10);
+    std::fs::File::options()
+        .write(true)
+        .open(&p)
+        .unwrap()
+        .set_modified(old)
+        .unwrap();
+}
+
+pub fn controller_root() -> tempfile::TempDir {
+    let d = scratch("[node]\nrole = \"controller\"\nname = \"controller-0\"\n");
+    std::fs::write(
+        d.path().join("etc/passwd"),
+        "root:x:0:0::/root:/bin/sh\netcd:x:232:232::/var/lib/etcd:/sbin/nologin\n",
+    )
+    .unwrap();
+    std::fs::write(d.path().join("etc/group"), "root:x:0:\netcd:x:232:\n").unwrap();
+    d
+}
+
+pub fn controller_bundle(bootstrap: &str) -> String {
+    typhoon_bundle(&[
+        ("tls/etcd/peer.crt", CERT),
+        ("tls/etcd/peer.key", KEY),
+        ("tls/etcd/etcd-client.key", KEY),
+        ("tls/k8s/ca.crt", CERT),
+        ("tls/k8s/ca.key", KEY),
+        (
+            "auth/admin.conf",
+            "apiVersion: v1\nusers:\n- user:\n    client-key-data: Zm9v",
+        ),
+        (
+            "static-manifests/kube-apiserver.yaml",
+            "apiVersion: v1\nkind: Pod",
+        ),
+        (
+            "manifests/coredns/service.yaml",
+            "apiVersion: v1\nkind: Service",
+        ),
+        ("kubelet/kubeconfig", bootstrap),
+    ])
+}

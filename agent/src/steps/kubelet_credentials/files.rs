@@ -38,7 +38,10 @@ pub(super) fn kubeconfig_file(cx: &Cx) -> anyhow::Result<Option<FileSpec>> {
     let Some(source) = source else {
         return Ok(None);
     };
-    let text = std::fs::read_to_string(cx.root.path(source))?;
+    let text = crate::util::bounded::read_to_string(
+        &cx.root.path(source),
+        crate::util::bounded::MAX_INPUT_BYTES,
+    )?;
     let kc = crate::kubeconfig::parse(&text, source)?;
     let server = crate::kubeconfig::cluster(&kc, source)?
         .cluster
@@ -81,5 +84,9 @@ pub(super) fn files(cx: &Cx, own: bool) -> anyhow::Result<FileSet> {
 
 /// The bootstrap kubeconfig as it is now (a new one lifts a refusal's hold).
 pub(super) fn bootstrap_kubeconfig_bytes(cx: &Cx) -> Option<Vec<u8>> {
-    std::fs::read(cx.root.path(&cx.settings.bootstrap_kubeconfig)).ok()
+    crate::util::bounded::read(
+        &cx.root.path(&cx.settings.bootstrap_kubeconfig),
+        crate::util::bounded::MAX_INPUT_BYTES,
+    )
+    .ok()
 }
