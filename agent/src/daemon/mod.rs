@@ -115,6 +115,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         reboot_deferred: Default::default(),
         facts: Default::default(),
         changed: Default::default(),
+        settled: Default::default(),
     });
     let conn = serve_bus(&opts, &shared).await?;
     let systemd = systemd(&opts.root, conn.as_ref()).await?;
@@ -136,7 +137,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         term: signal(SignalKind::terminate())?,
         int: signal(SignalKind::interrupt())?,
     };
-    let mut watcher = watcher::Watcher::new().context("inotify")?;
+    let mut watcher = watcher::Watcher::new(shared.settled.clone()).context("inotify")?;
     let reboots = converge_loop(&opts, &passes, &mut watcher, &mut signals, &mut rx).await;
     notify(&[NotifyState::Stopping, NotifyState::Status("stopping")]);
     shared.set_state(State::Stopping).await;

@@ -96,6 +96,7 @@ impl Passes {
         cx.forced = trigger.forced();
         cx.activating = passes == 1;
         cx.facts = self.shared.facts.clone();
+        cx.settled = self.shared.settled.clone();
         let wake = self.shared.wake.clone();
         cx.waker = Some(Arc::new(move || {
             let _ = wake.send(Trigger::Credentials);

@@ -105,6 +105,8 @@ pub(super) struct Shared {
     /// Told after each pass and each reboot state change (the Node condition reporter waits
     /// on it).
     pub(super) changed: tokio::sync::Notify,
+    /// Inbox files the kernel said are complete (the watcher marks them, passes read them).
+    pub(super) settled: Arc<crate::util::settled::Settled>,
 }
 
 impl Shared {

@@ -21,8 +21,9 @@ enum Interest {
     ConfigDir,
     /// A parent of a path that does not exist yet: only this entry name.
     Entry(OsString, Trigger),
-    /// An input directory (the secrets inbox): any non-hidden entry.
-    AnyEntry(Trigger),
+    /// The secrets inbox (this directory): any entry, and a file closed after writing or
+    /// renamed in is marked settled (read at once, not after the age rule's second).
+    Inbox(PathBuf, Trigger),
     /// Credentials: a label or mode changed (IN_ATTRIB) or an entry removed, on this entry or
     /// (`None`) any non-hidden one. nodectld's own writes (a hidden temp file renamed into
     /// place, its label and mode set before) raise neither on the final name.
@@ -42,10 +43,12 @@ impl std::os::fd::AsRawFd for InotifyFd {
 pub(super) struct Watcher {
     fd: AsyncFd<InotifyFd>,
     watches: HashMap<WatchDescriptor, Vec<Interest>>,
+    /// Inbox files the kernel said are complete (shared with the passes).
+    settled: std::sync::Arc<crate::util::settled::Settled>,
 }
 
 impl Watcher {
-    pub(super) fn new() -> nix::Result<Self> {
+    pub(super) fn new(settled: std::sync::Arc<crate::util::settled::Settled>) -> nix::Result<Self> {
         let ino = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)?;
         // SAFETY: InotifyFd owns the descriptor and always returns the same one until dropped
         // together with the AsyncFd.
@@ -54,6 +57,7 @@ impl Watcher {
         Ok(Watcher {
             fd,
             watches: HashMap::new(),
+            settled,
         })
     }
 
@@ -78,7 +82,7 @@ impl Watcher {
             for f in ["/etc/hostname", crate::steps::RESOLV_CONF] {
                 want.push(nearest_file(root, Path::new(f), Trigger::InputChange));
             }
-            let inbox = Interest::AnyEntry(Trigger::InputChange);
+            let inbox = Interest::Inbox(root.path(&s.secrets_inbox), Trigger::InputChange);
             want.push(nearest(root, &s.secrets_inbox, inbox, Trigger::InputChange));
             // The node kubeconfig and the key directory (the bootstrap kubeconfig is watched
             // above): a label made container-readable is put back by the next pass, now.
@@ -164,7 +168,15 @@ impl Watcher {
                             return Trigger::ConfigChange
                         }
                         Interest::Entry(n, t) if *n == name => return *t,
-                        Interest::AnyEntry(t) if !hidden && !name.is_empty() => return *t,
+                        Interest::Inbox(dir, t) if !hidden && !name.is_empty() => {
+                            let complete = ev.mask.intersects(
+                                AddWatchFlags::IN_CLOSE_WRITE | AddWatchFlags::IN_MOVED_TO,
+                            );
+                            if complete {
+                                self.settled.mark(&dir.join(&name));
+                            }
+                            return *t;
+                        }
                         Interest::Altered(n, t)
                             if altered
                                 && !hidden

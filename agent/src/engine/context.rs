@@ -40,6 +40,9 @@ pub struct Cx {
     /// What the daemon learnt about the node's certificate between passes (a 401 from the
     /// API server); shared across passes.
     pub facts: std::sync::Arc<Facts>,
+    /// Files the kernel said are complete (closed after writing, renamed in), from the
+    /// daemon's inotify watches; empty outside the daemon (the age rule applies then).
+    pub settled: std::sync::Arc<crate::util::settled::Settled>,
     /// Set by a step that waits for something to settle (a bundle still being written): the
     /// daemon runs another pass after this long even without an event.
     recheck: std::sync::Mutex<Option<std::time::Duration>>,
@@ -61,6 +64,7 @@ impl Cx {
             waker: None,
             activating: false,
             facts: Default::default(),
+            settled: Default::default(),
             recheck: std::sync::Mutex::new(None),
         }
     }

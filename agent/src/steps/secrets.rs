@@ -102,7 +102,12 @@ impl Secrets {
         Ok(set)
     }
 
+    /// Still being written: not closed nor renamed in as far as the kernel told the daemon,
+    /// and modified less than a second ago (the fallback rule).
     fn settling(cx: &Cx, bundle: &Path) -> bool {
+        if cx.settled.is_settled(&cx.root.path(bundle)) {
+            return false;
+        }
         std::fs::metadata(cx.root.path(bundle))
             .and_then(|m| m.modified())
             .ok()

@@ -17,6 +17,7 @@ macro_rules! crash_point {
 }
 pub(crate) use crash_point;
 pub mod names;
+pub mod settled;
 pub mod time;
 pub mod window;
 
