@@ -36,10 +36,11 @@ packaging/check-elf.sh "$out/bin/nodectld" "$out/bin/nodectl"
 step "systemd-sysext images"
 packaging/sysext/build.sh "$version" "$out/bin" "$out"
 # the FCOS image's labels, read back from its bytes (file_contexts.fcos applied at build time)
-packaging/sysext/erofs-labels.py "$out/fcos/nodectl-$version-x86-64.raw" /usr/bin/nodectld /usr/bin/nodectl \
+labels=$(packaging/sysext/erofs-labels.py "$out/fcos/nodectl-$version-x86-64.raw" /usr/bin/nodectld /usr/bin/nodectl \
   /usr/lib/systemd/system/nodectld.service /usr/lib/systemd/system/multi-user.target.d/10-nodectld.conf \
-  /usr/share/dbus-1/system.d/org.nodectl.Agent1.conf /usr/lib/extension-release.d/extension-release.nodectl \
-  | tee /dev/stderr | diff - <(printf '%s\n' \
+  /usr/share/dbus-1/system.d/org.nodectl.Agent1.conf /usr/lib/extension-release.d/extension-release.nodectl)
+echo "$labels"
+diff <(echo "$labels") <(printf '%s\n' \
   "/usr/bin/nodectld system_u:object_r:bin_t:s0" "/usr/bin/nodectl system_u:object_r:bin_t:s0" \
   "/usr/lib/systemd/system/nodectld.service system_u:object_r:systemd_unit_file_t:s0" \
   "/usr/lib/systemd/system/multi-user.target.d/10-nodectld.conf system_u:object_r:systemd_unit_file_t:s0" \

@@ -105,7 +105,7 @@ async fn run(root: Root, p: Params, shared: Arc<Shared>) {
                     // what was sent before stays; the error and the next attempt are added
                     next = last.clone().unwrap_or_default();
                     next.error = Some(e.to_string());
-                    if e.is_local() {
+                    if e.waits_for_heartbeat() {
                         wait = p.heartbeat;
                         next.next_at = 0;
                     } else {

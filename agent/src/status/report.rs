@@ -53,6 +53,13 @@ impl ReportError {
             ReportError::NoCredentials(_) | ReportError::Refused(_)
         )
     }
+
+    /// Retrying soon would not help: a local reason, or a Node kubelet has not registered yet
+    /// (the API server answered; nothing signals the registration, so the next heartbeat or
+    /// change tries again, and an idle node stays idle).
+    pub fn waits_for_heartbeat(&self) -> bool {
+        self.is_local() || matches!(self, ReportError::NotRegistered(_))
+    }
 }
 
 /// Checks that only the node's own certificate is used, for its own Node; then patches the

@@ -42,7 +42,10 @@ use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{json, Value};
 use tokio::sync::broadcast;
 
+mod faults;
 mod nodes;
+
+pub use faults::Fault;
 
 pub const SIGNER: &str = "kubernetes.io/kube-apiserver-client-kubelet";
 const CSR_PATH: &str = "/apis/certificates.k8s.io/v1/certificatesigningrequests";
@@ -119,6 +122,8 @@ struct State {
     pods: BTreeMap<(String, String), Value>,
     /// Every authenticated request: (user, method, path).
     requests: Vec<(String, String, String)>,
+    /// Every request, faulted or not: (method, path, since the start).
+    times: Vec<(String, String, Duration)>,
     /// Pods a PodDisruptionBudget protects now (eviction refused with 429).
     protected: std::collections::BTreeSet<(String, String)>,
 }
@@ -135,6 +140,9 @@ struct Inner {
     drop_watches: broadcast::Sender<()>,
     /// Closes every open connection (the server going down).
     close_connections: broadcast::Sender<()>,
+    /// Faults injected by a test, taken in order.
+    faults: Mutex<Vec<faults::Injected>>,
+    started: std::time::Instant,
     ca_key: rcgen::KeyPair,
     ca_params: rcgen::CertificateParams,
     ca_pem: String,
@@ -227,11 +235,14 @@ impl Double {
                 nodes: BTreeMap::new(),
                 pods: BTreeMap::new(),
                 requests: Vec::new(),
+                times: Vec::new(),
                 protected: Default::default(),
             }),
             events,
             drop_watches,
             close_connections,
+            faults: Mutex::new(Vec::new()),
+            started: std::time::Instant::now(),
             ca_pem: ca_cert.pem(),
             ca_key,
             ca_params,
@@ -464,6 +475,24 @@ impl Double {
         }
     }
 
+    /// The next `times` requests whose path starts with `prefix` get `fault`.
+    pub fn inject(&self, prefix: &str, fault: Fault, times: usize) {
+        self.inner
+            .faults
+            .lock()
+            .expect("faults")
+            .push(faults::Injected {
+                prefix: prefix.into(),
+                fault,
+                left: times,
+            });
+    }
+
+    /// Every request so far, faulted or not: (method, path, when since the start).
+    pub fn request_times(&self) -> Vec<(String, String, Duration)> {
+        self.inner.state.lock().expect("state").times.clone()
+    }
+
     /// Every authenticated request so far: (user, method, path).
     pub fn requests(&self) -> Vec<(String, String, String)> {
         self.inner.state.lock().expect("state").requests.clone()
@@ -519,7 +548,31 @@ fn serve(
                     .map(|c| c.as_ref().to_vec());
                 let svc = hyper::service::service_fn(move |req| {
                     let (inner, peer) = (inner.clone(), peer.clone());
-                    async move { Ok::<_, Infallible>(handle(inner, peer, req).await) }
+                    async move {
+                        let path = req.uri().path().to_string();
+                        let at = inner.started.elapsed();
+                        let method = req.method().to_string();
+                        inner
+                            .state
+                            .lock()
+                            .expect("state")
+                            .times
+                            .push((method, path.clone(), at));
+                        match faults::take(&inner, &path) {
+                            Some(Fault::Reset) => Err(std::io::Error::new(
+                                std::io::ErrorKind::ConnectionReset,
+                                "injected reset",
+                            )),
+                            Some(Fault::Status { code, retry_after }) => {
+                                Ok(faults::answer(code, retry_after))
+                            }
+                            Some(Fault::Stall(d)) => {
+                                tokio::time::sleep(d).await;
+                                Ok(handle(inner, peer, req).await)
+                            }
+                            None => Ok(handle(inner, peer, req).await),
+                        }
+                    }
                 });
                 let mut closed = inner_closer.subscribe();
                 tokio::select! {
