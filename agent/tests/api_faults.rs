@@ -5,37 +5,12 @@
 //! +-20%) rather than a tight loop, and gets its certificate once the server answers again.
 //! Not yet covered: watch streams cut mid-event, 410 Gone, CA rotation, notBefore skew.
 
-use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use nodectl::dbus::Agent1Proxy;
 use nodectl_apiserver_double::{Double, Fault};
 
 mod common;
-use common::Bus;
-
-struct Daemon(Child);
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-async fn status(bus: &Bus) -> Option<serde_json::Value> {
-    let conn = zbus::connection::Builder::address(bus.address.as_str())
-        .build()
-        .await
-        .ok()?;
-    let json = Agent1Proxy::new(&conn)
-        .await
-        .ok()?
-        .get_status()
-        .await
-        .ok()?;
-    serde_json::from_str(&json).ok()
-}
+use common::{start_daemon, status, Bus};
 
 fn step(v: &serde_json::Value, id: &str) -> serde_json::Value {
     v["steps"]
@@ -71,17 +46,7 @@ async fn bootstrap_through(fault: Fault, times: usize) -> (Vec<String>, Vec<Dura
         api.bootstrap_kubeconfig("abcdef.0123456789abcdef"),
     )
     .unwrap();
-    let mut daemon = Daemon(
-        Command::new(env!("CARGO_BIN_EXE_nodectld"))
-            .arg("--root")
-            .arg(root)
-            .args(["--debounce-ms", "50"])
-            .env("DBUS_SYSTEM_BUS_ADDRESS", &bus.address)
-            .env_remove("JOURNAL_STREAM")
-            .env_remove("NOTIFY_SOCKET")
-            .spawn()
-            .unwrap(),
-    );
+    let mut daemon = start_daemon(root, &bus);
     let start = Instant::now();
     let mut said = Vec::new();
     loop {

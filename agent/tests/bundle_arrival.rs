@@ -2,35 +2,13 @@
 //! kernel's word (inotify `IN_MOVED_TO`/`IN_CLOSE_WRITE`), not after the age rule's second; a
 //! file being written in place is left alone until it is closed.
 
-use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use nodectl::dbus::Agent1Proxy;
-
 mod common;
-use common::{controller_bundle, controller_root, Bus, TOKEN};
-
-struct Daemon(Child);
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use common::{controller_bundle, controller_root, start_daemon, status, Bus, TOKEN};
 
 async fn secrets_state(bus: &Bus) -> Option<String> {
-    let conn = zbus::connection::Builder::address(bus.address.as_str())
-        .build()
-        .await
-        .ok()?;
-    let json = Agent1Proxy::new(&conn)
-        .await
-        .ok()?
-        .get_status()
-        .await
-        .ok()?;
-    let v: serde_json::Value = serde_json::from_str(&json).ok()?;
+    let v = status(bus).await?;
     let s = v["steps"]
         .as_array()?
         .iter()
@@ -68,17 +46,7 @@ async fn a_renamed_in_bundle_is_placed_without_waiting_for_its_age() {
     let root = d.path();
     let inbox = root.join("var/lib/nodectl/inbox");
     std::fs::create_dir_all(&inbox).unwrap();
-    let _daemon = Daemon(
-        Command::new(env!("CARGO_BIN_EXE_nodectld"))
-            .arg("--root")
-            .arg(root)
-            .args(["--debounce-ms", "50"])
-            .env("DBUS_SYSTEM_BUS_ADDRESS", &bus.address)
-            .env_remove("JOURNAL_STREAM")
-            .env_remove("NOTIFY_SOCKET")
-            .spawn()
-            .unwrap(),
-    );
+    let _daemon = start_daemon(root, &bus);
     let start = Instant::now();
     while !secrets_state(&bus)
         .await

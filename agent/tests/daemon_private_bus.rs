@@ -2,47 +2,10 @@
 //! dbus-daemon (standing in for the system bus). It wakes on inotify events and SIGHUP, never by
 //! polling, and exits cleanly on SIGTERM.
 
-use std::path::Path;
-use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use nodectl::dbus::Agent1Proxy;
-
 mod common;
-use common::Bus;
-
-struct Daemon(Child);
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn start_daemon(root: &Path, bus: &Bus) -> Daemon {
-    Daemon(
-        Command::new(env!("CARGO_BIN_EXE_nodectld"))
-            .arg("--root")
-            .arg(root)
-            .args(["--debounce-ms", "50"])
-            .env("DBUS_SYSTEM_BUS_ADDRESS", &bus.address)
-            .env_remove("JOURNAL_STREAM")
-            .env_remove("NOTIFY_SOCKET")
-            .spawn()
-            .unwrap(),
-    )
-}
-
-async fn status(bus: &Bus) -> Option<serde_json::Value> {
-    let conn = zbus::connection::Builder::address(bus.address.as_str())
-        .build()
-        .await
-        .ok()?;
-    let agent = Agent1Proxy::new(&conn).await.ok()?;
-    let json = agent.get_status().await.ok()?;
-    serde_json::from_str(&json).ok()
-}
+use common::{start_daemon, status, Bus};
 
 /// Waits (up to 10 s) until the daemon's status satisfies `pred`.
 async fn until(

@@ -5,20 +5,11 @@
 //! configured; `nodectl status` and the metrics show what was sent and when.
 
 use std::path::Path;
-use std::process::{Child, Command};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 mod common;
-use common::Bus;
-
-struct Daemon(Child);
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use common::{start_daemon, Bus};
 
 fn condition(api: &nodectl_apiserver_double::Double, node: &str) -> Option<serde_json::Value> {
     api.node(node)?["status"]["conditions"]
@@ -81,17 +72,7 @@ async fn the_condition_follows_the_steps_and_beats_as_configured() {
     let d = tempfile::tempdir().unwrap();
     let root = d.path();
     scratch_root(root);
-    let _daemon = Daemon(
-        Command::new(env!("CARGO_BIN_EXE_nodectld"))
-            .arg("--root")
-            .arg(root)
-            .args(["--debounce-ms", "50"])
-            .env("DBUS_SYSTEM_BUS_ADDRESS", &bus.address)
-            .env_remove("JOURNAL_STREAM")
-            .env_remove("NOTIFY_SOCKET")
-            .spawn()
-            .unwrap(),
-    );
+    let _daemon = start_daemon(root, &bus);
     // Without credentials of its own, nothing is sent; then the bootstrap kubeconfig arrives.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(

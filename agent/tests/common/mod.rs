@@ -166,3 +166,42 @@ pub fn controller_bundle(bootstrap: &str) -> String {
         ("kubelet/kubeconfig", bootstrap),
     ])
 }
+
+// nodectld against a scratch root on a private bus (daemon_private_bus.rs, node_condition.rs,
+// bundle_arrival.rs, api_faults.rs).
+
+/// nodectld, killed on drop.
+pub struct Daemon(pub Child);
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts nodectld on `root`, serving on `bus`, with a 50 ms debounce.
+pub fn start_daemon(root: &Path, bus: &Bus) -> Daemon {
+    Daemon(
+        Command::new(env!("CARGO_BIN_EXE_nodectld"))
+            .arg("--root")
+            .arg(root)
+            .args(["--debounce-ms", "50"])
+            .env("DBUS_SYSTEM_BUS_ADDRESS", &bus.address)
+            .env_remove("JOURNAL_STREAM")
+            .env_remove("NOTIFY_SOCKET")
+            .spawn()
+            .unwrap(),
+    )
+}
+
+/// nodectld's status over the bus (`None` while it does not answer).
+pub async fn status(bus: &Bus) -> Option<serde_json::Value> {
+    let conn = zbus::connection::Builder::address(bus.address.as_str())
+        .build()
+        .await
+        .ok()?;
+    let agent = nodectl::dbus::Agent1Proxy::new(&conn).await.ok()?;
+    let json = agent.get_status().await.ok()?;
+    serde_json::from_str(&json).ok()
+}
