@@ -3,11 +3,14 @@
 //! waits for, retries with a capped, jittered backoff (kube's client: a few quick retries of
 //! 429/503/504, after Retry-After when given; then nodectld's: credentials 2 s doubling to 64 s,
 //! +-20%) rather than a tight loop, and gets its certificate once the server answers again.
-//! Not yet covered: watch streams cut mid-event, 410 Gone, CA rotation, notBefore skew.
+//! Watches cut mid-event or answered `410 Gone` are watched again (the same request, no new
+//! one); a bootstrap kubeconfig naming another CA fails every attempt with a verification error
+//! in status until the right one is written, which is used at once; a signer whose clock runs
+//! ahead (notBefore in the node's future) issues a certificate the node keeps.
 
 use std::time::{Duration, Instant};
 
-use nodectl_apiserver_double::{Double, Fault};
+use nodectl_apiserver_double::{Double, Fault, Options};
 
 mod common;
 use common::{start_daemon, status, Bus};
@@ -24,56 +27,90 @@ fn step(v: &serde_json::Value, id: &str) -> serde_json::Value {
 
 const CSRS: &str = "/apis/certificates.k8s.io/v1/certificatesigningrequests";
 
+/// A worker node on a scratch root with its bootstrap kubeconfig, nodectld running on a private
+/// bus.
+struct Node {
+    bus: Bus,
+    daemon: common::Daemon,
+    root: tempfile::TempDir,
+    said: Vec<String>,
+}
+
+impl Node {
+    fn start(kubeconfig: &str) -> Node {
+        let bus = Bus::start();
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path();
+        std::fs::create_dir_all(root.join("etc/nodectl/config.d")).unwrap();
+        std::fs::write(root.join("etc/os-release"), "ID=debian\n").unwrap();
+        std::fs::write(root.join("etc/resolv.conf"), "nameserver 10.0.0.2\n").unwrap();
+        std::fs::write(
+            root.join("etc/nodectl/config.d/10-node.toml"),
+            "[node]\nrole = \"worker\"\nname = \"w1\"\n",
+        )
+        .unwrap();
+        std::fs::create_dir_all(root.join("etc/kubernetes")).unwrap();
+        std::fs::write(root.join("etc/kubernetes/kubeconfig"), kubeconfig).unwrap();
+        let daemon = start_daemon(root, &bus);
+        Node {
+            bus,
+            daemon,
+            root: d,
+            said: Vec::new(),
+        }
+    }
+
+    /// Polls the status until `done` says so (60 s at most), recording each new line the
+    /// credentials step shows; returns the last status.
+    async fn until(&mut self, done: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
+        let start = Instant::now();
+        loop {
+            assert!(
+                self.daemon.0.try_wait().unwrap().is_none(),
+                "nodectld exited"
+            );
+            if let Some(v) = status(&self.bus).await {
+                let s = step(&v, "kubelet-credentials");
+                let line = format!("{} {} {}", s["state"], s["waiting_for"], s["error"]);
+                if self.said.last() != Some(&line) {
+                    self.said.push(line);
+                }
+                if done(&v) {
+                    return v;
+                }
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "not there after 60 s; said {:#?}",
+                self.said
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    async fn certified(&mut self) -> serde_json::Value {
+        self.until(|v| v["credentials"]["subject"] == "system:node:w1")
+            .await
+    }
+}
+
+/// The requests to `path` with `method` (their instants since the double started).
+fn requests(api: &Double, method: &str, path: &str) -> Vec<Duration> {
+    api.request_times()
+        .into_iter()
+        .filter(|(m, p, _)| m == method && p == path)
+        .map(|(_, _, t)| t)
+        .collect()
+}
+
 /// A worker bootstraps while the CSR endpoint answers `fault` `times` times: returns what the
 /// status said meanwhile and the instants of the requests to it.
 async fn bootstrap_through(fault: Fault, times: usize) -> (Vec<String>, Vec<Duration>) {
-    let bus = Bus::start();
     let api = Double::start(Default::default()).await.unwrap();
     api.inject(CSRS, fault, times);
-    let d = tempfile::tempdir().unwrap();
-    let root = d.path();
-    std::fs::create_dir_all(root.join("etc/nodectl/config.d")).unwrap();
-    std::fs::write(root.join("etc/os-release"), "ID=debian\n").unwrap();
-    std::fs::write(root.join("etc/resolv.conf"), "nameserver 10.0.0.2\n").unwrap();
-    std::fs::write(
-        root.join("etc/nodectl/config.d/10-node.toml"),
-        "[node]\nrole = \"worker\"\nname = \"w1\"\n",
-    )
-    .unwrap();
-    std::fs::create_dir_all(root.join("etc/kubernetes")).unwrap();
-    std::fs::write(
-        root.join("etc/kubernetes/kubeconfig"),
-        api.bootstrap_kubeconfig("abcdef.0123456789abcdef"),
-    )
-    .unwrap();
-    let mut daemon = start_daemon(root, &bus);
-    let start = Instant::now();
-    let mut said = Vec::new();
-    loop {
-        assert!(daemon.0.try_wait().unwrap().is_none(), "nodectld exited");
-        if let Some(v) = status(&bus).await {
-            let s = step(&v, "kubelet-credentials");
-            let line = format!("{} {} {}", s["state"], s["waiting_for"], s["error"]);
-            if said.last() != Some(&line) {
-                said.push(line);
-            }
-            if v["credentials"]["subject"] == "system:node:w1" {
-                break;
-            }
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "no certificate after 60 s; said {said:#?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let posts: Vec<Duration> = api
-        .request_times()
-        .into_iter()
-        .filter(|(m, p, _)| m == "POST" && p == CSRS)
-        .map(|(_, _, t)| t)
-        .collect();
-    (said, posts)
+    let mut node = Node::start(&api.bootstrap_kubeconfig("abcdef.0123456789abcdef"));
+    node.certified().await;
+    (node.said, requests(&api, "POST", CSRS))
 }
 
 fn spaced(posts: &[Duration]) -> Vec<u64> {
@@ -135,4 +172,113 @@ async fn fault_stalled_server() {
     // certificate
     let (_, posts) = bootstrap_through(Fault::Stall(Duration::from_secs(3)), 1).await;
     assert_eq!(posts.len(), 1, "{posts:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fault_watch_cut_mid_event() {
+    // the connection drops inside the first event of two watches: the same request is watched
+    // again (after 1 s, then 2 s), never made again
+    let api = Double::start(Default::default()).await.unwrap();
+    api.inject(CSRS, Fault::CutWatch, 2);
+    let mut node = Node::start(&api.bootstrap_kubeconfig("abcdef.0123456789abcdef"));
+    node.certified().await;
+    assert_eq!(requests(&api, "POST", CSRS).len(), 1, "{:#?}", node.said);
+    let watches = requests(&api, "GET", CSRS);
+    assert!(watches.len() >= 3, "{watches:?}");
+    assert!(
+        spaced(&watches[..3]).iter().all(|ms| *ms >= 900),
+        "watched again without a pause: {:?}",
+        spaced(&watches)
+    );
+    assert!(
+        node.said.iter().all(|l| !l.contains("failed")),
+        "{:#?}",
+        node.said
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fault_410_gone() {
+    // three watches answered 410 Expired: watched again at once from the current state
+    let api = Double::start(Default::default()).await.unwrap();
+    api.inject(CSRS, Fault::Gone, 3);
+    let start = Instant::now();
+    let mut node = Node::start(&api.bootstrap_kubeconfig("abcdef.0123456789abcdef"));
+    node.certified().await;
+    assert_eq!(requests(&api, "POST", CSRS).len(), 1, "{:#?}", node.said);
+    assert!(requests(&api, "GET", CSRS).len() >= 4);
+    assert!(
+        start.elapsed() < Duration::from_secs(15),
+        "{:?}",
+        start.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fault_rotated_cluster_ca() {
+    // The bootstrap kubeconfig trusts a CA the server no longer uses (the cluster CA rotated):
+    // every attempt fails verification and says so, backing off; the new bootstrap kubeconfig
+    // is used as soon as it is written, whatever the backoff had left.
+    let api = Double::start(Default::default()).await.unwrap();
+    let old = Double::start(Default::default()).await.unwrap();
+    let server = |kc: &str| {
+        kc.lines()
+            .find(|l| l.trim_start().starts_with("server:"))
+            .unwrap()
+            .to_string()
+    };
+    let right = api.bootstrap_kubeconfig("abcdef.0123456789abcdef");
+    let stale = old
+        .bootstrap_kubeconfig("abcdef.0123456789abcdef")
+        .replace(&server(&old.bootstrap_kubeconfig("x.y")), &server(&right));
+    drop(old);
+    let mut node = Node::start(&stale);
+    let v = node
+        .until(|v| {
+            step(v, "kubelet-credentials")["waiting_for"]
+                .as_str()
+                .is_some_and(|w| w.contains("attempt 4"))
+        })
+        .await;
+    let waiting = step(&v, "kubelet-credentials")["waiting_for"].to_string();
+    // (the same CA name, another key: rustls says BadSignature; another name: UnknownIssuer)
+    assert!(waiting.contains("invalid peer certificate"), "{waiting}");
+    assert_eq!(requests(&api, "POST", CSRS).len(), 0);
+    let swapped = Instant::now();
+    let kc = node.root.path().join("etc/kubernetes/kubeconfig");
+    std::fs::write(kc.with_extension("new"), &right).unwrap();
+    std::fs::rename(kc.with_extension("new"), &kc).unwrap();
+    node.certified().await;
+    assert!(
+        swapped.elapsed() < Duration::from_secs(3),
+        "the new bootstrap kubeconfig waited for the backoff: {:?}",
+        swapped.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fault_not_before_skew() {
+    // The signer's clock runs 10 minutes ahead: the certificate is valid from the node's
+    // future. The node keeps it (the API server checks it on its own clock), converges and
+    // does not ask again.
+    let api = Double::start(Options {
+        clock_ahead: Duration::from_secs(600),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let mut node = Node::start(&api.bootstrap_kubeconfig("abcdef.0123456789abcdef"));
+    node.certified().await;
+    let v = node
+        .until(|v| step(v, "kubelet-credentials")["state"] == "converged")
+        .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let v2 = status(&node.bus).await.unwrap();
+    assert_eq!(requests(&api, "POST", CSRS).len(), 1, "{:#?}", node.said);
+    assert_eq!(
+        step(&v2, "kubelet-credentials")["state"],
+        "converged",
+        "{v2:#}"
+    );
+    assert_eq!(v["credentials"], v2["credentials"]);
 }

@@ -128,6 +128,24 @@ pub struct Bootstrap<'a> {
     pub on_issued: Option<&'a (dyn Fn() + Send + Sync)>,
 }
 
+/// An error with its causes (`a: b: c`, a cause that repeats its parent left out): kube's
+/// errors keep the reason in their sources ("client error (Connect)" is all the top says of a
+/// server certificate from an unknown CA). Causes are transport and TLS errors: no credential
+/// content.
+pub(crate) fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let m = c.to_string();
+        if !out.contains(&m) {
+            out.push_str(": ");
+            out.push_str(&m);
+        }
+        cause = c.source();
+    }
+    out
+}
+
 fn api_err(server: &str, via: Via) -> impl Fn(kube::Error) -> BootstrapError + '_ {
     move |e| match e {
         kube::Error::Api(s) if s.code == 401 => BootstrapError::Unauthorized {
@@ -136,7 +154,7 @@ fn api_err(server: &str, via: Via) -> impl Fn(kube::Error) -> BootstrapError + '
         },
         e => BootstrapError::Api {
             server: server.to_string(),
-            message: e.to_string(),
+            message: error_chain(&e),
         },
     }
 }
@@ -219,8 +237,15 @@ impl Bootstrap<'_> {
         })
     }
 
-    /// Watches the request by name until it is issued, denied or failed; a watch that ends
-    /// (timeout, dropped connection) is started again from the last state.
+    /// Watches the request by name until it is issued, denied or failed. A watch is started
+    /// again when it ends, as client-go's reflector does (tools/cache/reflector.go
+    /// `ListAndWatch`, with its backoff manager between watches): at once after a watch that
+    /// ran its course, after a pause of 1 s doubling to 30 s after one that broke (a connection
+    /// cut mid-event, which kube's client reports as a plain end, or an error) or ended early
+    /// without an event; a `410 Gone` error event (the server's window no longer holds the
+    /// version watched from) is watched again from the current state, at once the first time.
+    /// After [`MAX_WATCH_BREAKS`] breaks in a row the request gives up, its own backoff takes
+    /// over, and the next attempt finds the same request by name.
     async fn wait_for(
         &self,
         api: &Api<CertificateSigningRequest>,
@@ -229,75 +254,152 @@ impl Bootstrap<'_> {
     ) -> Result<Vec<u8>, BootstrapError> {
         let deadline = Instant::now() + self.wait;
         let fields = format!("metadata.name={name}");
+        let timeout = || BootstrapError::Timeout {
+            name: name.into(),
+            secs: self.wait.as_secs(),
+        };
+        let mut breaks = 0u32;
+        let mut pause = Duration::ZERO;
         loop {
+            tokio::time::sleep(pause.min(deadline.saturating_duration_since(Instant::now()))).await;
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                return Err(BootstrapError::Timeout {
-                    name: name.into(),
-                    secs: self.wait.as_secs(),
-                });
+                return Err(timeout());
             }
             let wp = WatchParams::default()
                 .fields(&fields)
                 .timeout(left.as_secs().clamp(1, 290) as u32);
             // "0": the current state first (it may be issued already), then changes.
+            let started = Instant::now();
             let stream = api
                 .watch(&wp, "0")
                 .await
                 .map_err(api_err(server, self.via))?;
             let mut stream = stream.boxed();
-            while let Some(ev) = tokio::time::timeout(left, stream.try_next())
-                .await
-                .map_err(|_| BootstrapError::Timeout {
-                    name: name.into(),
-                    secs: self.wait.as_secs(),
-                })?
-                .map_err(api_err(server, self.via))?
-            {
-                let csr = match ev {
-                    WatchEvent::Added(c) | WatchEvent::Modified(c) => c,
-                    WatchEvent::Deleted(_) => {
-                        return Err(BootstrapError::Failed {
-                            name: name.into(),
-                            message: "the request was deleted".into(),
-                        })
-                    }
-                    WatchEvent::Bookmark(_) => continue,
-                    WatchEvent::Error(e) => {
-                        return Err(BootstrapError::Api {
-                            server: server.into(),
-                            message: e.message,
-                        })
-                    }
-                };
-                let status = csr.status.unwrap_or_default();
-                for c in status.conditions.unwrap_or_default() {
-                    let message = c.message.unwrap_or_else(|| c.reason.unwrap_or_default());
-                    match c.type_.as_str() {
-                        "Denied" => {
-                            return Err(BootstrapError::Denied {
-                                name: name.into(),
-                                message,
-                            })
+            let mut events = 0;
+            let mut expired = false;
+            let broke = loop {
+                let next = tokio::time::timeout(left, stream.try_next())
+                    .await
+                    .map_err(|_| timeout())?;
+                match next {
+                    Ok(Some(ev)) => match watched(ev, name, server)? {
+                        Watched::Issued(cert) => return Ok(cert),
+                        Watched::Pending => {
+                            events += 1;
+                            breaks = 0;
                         }
-                        "Failed" => {
-                            return Err(BootstrapError::Failed {
-                                name: name.into(),
-                                message,
-                            })
+                        Watched::Expired => {
+                            expired = true;
+                            tracing::info!(request = %name, "the watch expired (410 Gone); watching again from the current state");
+                            break true;
                         }
-                        _ => {}
+                    },
+                    Ok(None) if events > 0 || started.elapsed() >= EARLY_END => break false,
+                    Ok(None) => {
+                        tracing::info!(request = %name, "the watch ended early without an event; watching again");
+                        break true;
+                    }
+                    Err(e) => {
+                        if breaks + 1 > MAX_WATCH_BREAKS {
+                            return Err(api_err(server, self.via)(e));
+                        }
+                        tracing::info!(request = %name, "the watch broke ({}); watching again", error_chain(&e));
+                        break true;
                     }
                 }
-                if let Some(cert) = status.certificate {
-                    if !cert.0.is_empty() {
-                        return Ok(cert.0);
-                    }
+            };
+            if broke {
+                breaks += 1;
+                if breaks > MAX_WATCH_BREAKS {
+                    return Err(BootstrapError::Api {
+                        server: server.into(),
+                        message: format!("the watch of {name} broke {breaks} times in a row"),
+                    });
                 }
             }
-            tracing::debug!(request = %name, "watch ended; watching again");
+            // A first 410 in a row is the server's window moving on: watch again at once.
+            pause = if expired && breaks == 1 {
+                Duration::ZERO
+            } else {
+                watch_pause(breaks)
+            };
         }
     }
+}
+
+/// The pause before the next watch after `breaks` breaks in a row: none after a watch that ran
+/// its course, then 1 s doubling to 30 s.
+fn watch_pause(breaks: u32) -> Duration {
+    match breaks {
+        0 => Duration::ZERO,
+        n => Duration::from_secs(1 << (n - 1).min(5)).min(WATCH_PAUSE_CAP),
+    }
+}
+
+/// A watch that ends sooner than this without an event counts as a break.
+const EARLY_END: Duration = Duration::from_secs(10);
+
+/// Watch breaks in a row before the request gives up (and backs off); the pause before watching
+/// again doubles from 1 s to this.
+const MAX_WATCH_BREAKS: u32 = 5;
+const WATCH_PAUSE_CAP: Duration = Duration::from_secs(30);
+
+/// What one watch event says about the request.
+enum Watched {
+    Issued(Vec<u8>),
+    /// Not yet issued (or a bookmark).
+    Pending,
+    /// A `410 Gone` error event: watch again from the current state.
+    Expired,
+}
+
+fn watched(
+    ev: WatchEvent<CertificateSigningRequest>,
+    name: &str,
+    server: &str,
+) -> Result<Watched, BootstrapError> {
+    let csr = match ev {
+        WatchEvent::Added(c) | WatchEvent::Modified(c) => c,
+        WatchEvent::Deleted(_) => {
+            return Err(BootstrapError::Failed {
+                name: name.into(),
+                message: "the request was deleted".into(),
+            })
+        }
+        WatchEvent::Bookmark(_) => return Ok(Watched::Pending),
+        // apiserver/pkg/storage/cacher (`NewTooOldResourceVersionError`): 410, reason Expired.
+        WatchEvent::Error(e) if e.code == 410 => return Ok(Watched::Expired),
+        WatchEvent::Error(e) => {
+            return Err(BootstrapError::Api {
+                server: server.into(),
+                message: e.message,
+            })
+        }
+    };
+    let status = csr.status.unwrap_or_default();
+    for c in status.conditions.unwrap_or_default() {
+        let message = c.message.unwrap_or_else(|| c.reason.unwrap_or_default());
+        match c.type_.as_str() {
+            "Denied" => {
+                return Err(BootstrapError::Denied {
+                    name: name.into(),
+                    message,
+                })
+            }
+            "Failed" => {
+                return Err(BootstrapError::Failed {
+                    name: name.into(),
+                    message,
+                })
+            }
+            _ => {}
+        }
+    }
+    Ok(match status.certificate {
+        Some(cert) if !cert.0.is_empty() => Watched::Issued(cert.0),
+        _ => Watched::Pending,
+    })
 }
 
 /// A request found under our name must carry our public key and signer (upstream's

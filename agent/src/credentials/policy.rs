@@ -7,8 +7,11 @@ use crate::util::time::rfc3339;
 
 /// How long a request waits for approval and issuance (kubelet: an hour).
 pub(crate) const APPROVAL_WAIT: Duration = Duration::from_secs(3600);
-/// After a denied or failed request: how long before asking again by itself.
-pub(crate) const REFUSED_BACKOFF: Duration = Duration::from_secs(3600);
+/// After a denied or failed request: the first wait before asking again by itself, doubling
+/// with each refusal in a row up to [`REFUSED_CAP`] (an approver that said no is not asked
+/// again at once; one that was not yet configured is asked again within minutes, not an hour).
+pub(crate) const REFUSED_BASE: Duration = Duration::from_secs(60);
+pub(crate) const REFUSED_CAP: Duration = Duration::from_secs(3600);
 /// Unreachable or failing server: first delay, factor 2, this cap, +-20% jitter.
 pub(crate) const BACKOFF_BASE: Duration = Duration::from_secs(2);
 pub(crate) const BACKOFF_CAP: Duration = Duration::from_secs(64);
@@ -55,9 +58,18 @@ pub(crate) fn need(held: Option<&Held>, node_name: &str, refused: bool, now: Sys
 
 /// Capped exponential backoff with +-20% jitter; `attempt` counts from 1.
 pub(crate) fn backoff(attempt: u32, jitter01: f64) -> Duration {
-    let exp = BACKOFF_BASE.saturating_mul(1u32 << attempt.saturating_sub(1).min(16));
-    exp.min(BACKOFF_CAP)
-        .mul_f64(0.8 + 0.4 * jitter01.clamp(0.0, 1.0))
+    doubling(BACKOFF_BASE, BACKOFF_CAP, attempt, jitter01)
+}
+
+/// The wait after the `refusal`-th denied or failed request in a row (from 1): 60 s doubling to
+/// an hour, +-20% jitter.
+pub(crate) fn refused_backoff(refusal: u32, jitter01: f64) -> Duration {
+    doubling(REFUSED_BASE, REFUSED_CAP, refusal, jitter01)
+}
+
+fn doubling(base: Duration, cap: Duration, attempt: u32, jitter01: f64) -> Duration {
+    let exp = base.saturating_mul(1u32 << attempt.saturating_sub(1).min(16));
+    exp.min(cap).mul_f64(0.8 + 0.4 * jitter01.clamp(0.0, 1.0))
 }
 
 #[cfg(test)]
@@ -108,6 +120,15 @@ mod tests {
             panic!()
         };
         assert!(why.contains("system:node:n2"), "{why}");
+    }
+
+    #[test]
+    fn a_refusal_is_asked_again_within_minutes_then_hourly() {
+        assert_eq!(refused_backoff(1, 0.5), Duration::from_secs(60));
+        assert_eq!(refused_backoff(2, 0.5), Duration::from_secs(120));
+        assert_eq!(refused_backoff(7, 0.5), REFUSED_CAP);
+        assert_eq!(refused_backoff(99, 1.0), REFUSED_CAP.mul_f64(1.2));
+        assert_eq!(refused_backoff(1, 0.0), Duration::from_secs(48));
     }
 
     #[test]

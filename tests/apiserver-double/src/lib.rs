@@ -76,6 +76,10 @@ pub struct Options {
     /// installed: a node may add, change or remove only its own reboot slot entry
     /// (`<node>.reboot-holders.nodectl.io/slot`) in a Lease.
     pub reboot_lease_policy: bool,
+    /// The signer's clock is this far ahead of the node's: issued certificates are valid from
+    /// `now + clock_ahead - 5 s` (kube-controller-manager's signer backdates by 5 minutes at most,
+    /// pkg/controller/certificates/authority/authority.go `Sign`; a skewed clock does the rest).
+    pub clock_ahead: Duration,
 }
 
 impl Default for Options {
@@ -86,6 +90,7 @@ impl Default for Options {
             approval: Approval::Auto,
             ca_key_pem: None,
             reboot_lease_policy: false,
+            clock_ahead: Duration::ZERO,
         }
     }
 }
@@ -546,8 +551,11 @@ fn serve(
                     .peer_certificates()
                     .and_then(|c| c.first())
                     .map(|c| c.as_ref().to_vec());
+                // Fired to drop this connection mid-answer (Fault::CutWatch).
+                let cut = Arc::new(tokio::sync::Notify::new());
+                let cut_conn = cut.clone();
                 let svc = hyper::service::service_fn(move |req| {
-                    let (inner, peer) = (inner.clone(), peer.clone());
+                    let (inner, peer, cut) = (inner.clone(), peer.clone(), cut.clone());
                     async move {
                         let path = req.uri().path().to_string();
                         let at = inner.started.elapsed();
@@ -558,7 +566,11 @@ fn serve(
                             .expect("state")
                             .times
                             .push((method, path.clone(), at));
-                        match faults::take(&inner, &path) {
+                        let is_watch = req
+                            .uri()
+                            .query()
+                            .is_some_and(|q| q.split('&').any(|kv| kv == "watch=true"));
+                        match faults::take(&inner, &path, is_watch) {
                             Some(Fault::Reset) => Err(std::io::Error::new(
                                 std::io::ErrorKind::ConnectionReset,
                                 "injected reset",
@@ -566,6 +578,8 @@ fn serve(
                             Some(Fault::Status { code, retry_after }) => {
                                 Ok(faults::answer(code, retry_after))
                             }
+                            Some(Fault::CutWatch) => Ok(faults::cut_watch(&cut)),
+                            Some(Fault::Gone) => Ok(faults::gone()),
                             Some(Fault::Stall(d)) => {
                                 tokio::time::sleep(d).await;
                                 Ok(handle(inner, peer, req).await)
@@ -579,6 +593,7 @@ fn serve(
                     _ = hyper::server::conn::http1::Builder::new()
                         .serve_connection(hyper_util::rt::TokioIo::new(tls), svc) => {}
                     _ = closed.recv() => {}
+                    _ = cut_conn.notified() => {}
                 }
             });
         }
@@ -603,11 +618,19 @@ fn authenticate(inner: &Inner, peer: Option<&[u8]>, req: &Request<Incoming>) -> 
         });
     }
     let der = peer?;
-    // Chain to the CA and validity now, as the apiserver's x509 authenticator checks them.
+    // Chain to the CA and validity now, as the apiserver's x509 authenticator checks them (on
+    // the server's clock, which runs with its signer's: `clock_ahead`).
     let end = rustls::pki_types::CertificateDer::from(der);
+    let ahead = inner.opts.lock().expect("opts").clock_ahead;
+    let now = rustls::pki_types::UnixTime::since_unix_epoch(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            + ahead,
+    );
     inner
         .client_verifier
-        .verify_client_cert(&end, &[], rustls::pki_types::UnixTime::now())
+        .verify_client_cert(&end, &[], now)
         .ok()?;
     let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
     if inner
@@ -1226,11 +1249,14 @@ fn approve_and_sign(
     let pem = base64::engine::general_purpose::STANDARD
         .decode(csr["spec"]["request"].as_str().unwrap_or(""))?;
     let mut params = rcgen::CertificateSigningRequestParams::from_pem(std::str::from_utf8(&pem)?)?;
-    let mut duration = inner.opts.lock().expect("opts").signing_duration;
+    let (mut duration, ahead) = {
+        let o = inner.opts.lock().expect("opts");
+        (o.signing_duration, o.clock_ahead)
+    };
     if let Some(s) = csr["spec"]["expirationSeconds"].as_u64() {
         duration = duration.min(Duration::from_secs(s));
     }
-    let now = std::time::SystemTime::now();
+    let now = std::time::SystemTime::now() + ahead;
     params.params.not_before = (now - Duration::from_secs(5)).into();
     params.params.not_after = (now + duration).into();
     params.params.key_usages = vec![
