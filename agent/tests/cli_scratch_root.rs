@@ -87,9 +87,11 @@ async fn kubelet_starts_only_after_bootstrap_kubeconfig_and_reruns_make_no_calls
     let d = scratch(&example_worker());
     assert_eq!(nodectl(d.path(), &["apply"]).0, 0);
     let c = calls(d.path());
+    // A fresh node: kubelet.service was never loaded, so writing it needs no daemon-reload
+    // (systemd loads a not-found unit again once the unit directories changed).
     assert_eq!(
         (c["start"].as_u64(), c["reload"].as_u64()),
-        (Some(0), Some(1)),
+        (Some(0), Some(0)),
         "{c}"
     );
 
@@ -548,6 +550,8 @@ fn a_provider_id_from_the_instance_metadata_waits_for_it() {
 #[test]
 fn wait_returns_once_the_steps_are_converged() {
     let d = scratch("[node]\nrole = \"controller\"\nname = \"controller-0\"\n");
+    // (nodectld's first pass makes the inbox; until then the step has that change pending)
+    std::fs::create_dir_all(d.path().join("var/lib/nodectl/inbox")).unwrap();
     let (rc, _, err) = nodectl(d.path(), &["wait", "secrets", "--timeout", "1"]);
     assert_eq!(rc, 1, "{err}");
     assert!(

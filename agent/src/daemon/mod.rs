@@ -220,7 +220,14 @@ async fn next_trigger(
         }
     };
     let t = next?;
-    let deadline = tokio::time::Instant::now() + opts.debounce;
+    // A bundle the kernel says is complete is placed at once (issue 18: arrival -> kubelet);
+    // anything else waits out the debounce window, so a burst makes one pass.
+    let debounce = if watcher.take_complete() {
+        Duration::ZERO
+    } else {
+        opts.debounce
+    };
+    let deadline = tokio::time::Instant::now() + debounce;
     loop {
         tokio::select! {
             _ = tokio::time::sleep_until(deadline) => break,

@@ -45,6 +45,8 @@ pub(super) struct Watcher {
     watches: HashMap<WatchDescriptor, Vec<Interest>>,
     /// Inbox files the kernel said are complete (shared with the passes).
     settled: std::sync::Arc<crate::util::settled::Settled>,
+    /// An inbox file was marked complete (see [`Watcher::take_complete`]).
+    complete: std::sync::atomic::AtomicBool,
 }
 
 impl Watcher {
@@ -58,7 +60,15 @@ impl Watcher {
             fd,
             watches: HashMap::new(),
             settled,
+            complete: std::sync::atomic::AtomicBool::new(false),
         })
+    }
+
+    /// Whether an inbox file was marked complete since the last call: the pass for it need not
+    /// wait for the debounce window (nothing more is coming for that file).
+    pub(super) fn take_complete(&self) -> bool {
+        self.complete
+            .swap(false, std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Re-derives the watch list from the settings (new directories may exist now).
@@ -151,45 +161,57 @@ impl Watcher {
                 }
                 Err(_would_block) => continue,
             };
+            // Every event of the batch is looked at (an inbox file renamed in after another
+            // event in the same read must still be marked settled); the first trigger wins.
+            let mut first = None;
             for ev in events {
-                let Some(interests) = self.watches.get(&ev.wd) else {
-                    continue;
-                };
-                let name = ev.name.unwrap_or_default();
-                let hidden = name.to_string_lossy().starts_with('.');
-                let altered = ev
-                    .mask
-                    .intersects(AddWatchFlags::IN_ATTRIB | AddWatchFlags::IN_DELETE);
-                for i in interests {
-                    match i {
-                        Interest::ConfigDir
-                            if !hidden && name.to_string_lossy().ends_with(".toml") =>
-                        {
-                            return Trigger::ConfigChange
-                        }
-                        Interest::Entry(n, t) if *n == name => return *t,
-                        Interest::Inbox(dir, t) if !hidden && !name.is_empty() => {
-                            let complete = ev.mask.intersects(
-                                AddWatchFlags::IN_CLOSE_WRITE | AddWatchFlags::IN_MOVED_TO,
-                            );
-                            if complete {
-                                self.settled.mark(&dir.join(&name));
-                            }
-                            return *t;
-                        }
-                        Interest::Altered(n, t)
-                            if altered
-                                && !hidden
-                                && !name.is_empty()
-                                && n.as_ref().is_none_or(|n| *n == name) =>
-                        {
-                            return *t
-                        }
-                        _ => {}
-                    }
+                if let Some(t) = self.interesting(ev) {
+                    first.get_or_insert(t);
                 }
             }
+            if let Some(t) = first {
+                return t;
+            }
         }
+    }
+
+    /// The trigger an event is for, if any; marks inbox files the kernel says are complete.
+    fn interesting(&self, ev: nix::sys::inotify::InotifyEvent) -> Option<Trigger> {
+        let interests = self.watches.get(&ev.wd)?;
+        let name = ev.name.unwrap_or_default();
+        let hidden = name.to_string_lossy().starts_with('.');
+        let altered = ev
+            .mask
+            .intersects(AddWatchFlags::IN_ATTRIB | AddWatchFlags::IN_DELETE);
+        for i in interests {
+            match i {
+                Interest::ConfigDir if !hidden && name.to_string_lossy().ends_with(".toml") => {
+                    return Some(Trigger::ConfigChange)
+                }
+                Interest::Entry(n, t) if *n == name => return Some(*t),
+                Interest::Inbox(dir, t) if !hidden && !name.is_empty() => {
+                    let complete = ev
+                        .mask
+                        .intersects(AddWatchFlags::IN_CLOSE_WRITE | AddWatchFlags::IN_MOVED_TO);
+                    if complete {
+                        self.settled.mark(&dir.join(&name));
+                        self.complete
+                            .store(true, std::sync::atomic::Ordering::Relaxed);
+                    }
+                    return Some(*t);
+                }
+                Interest::Altered(n, t)
+                    if altered
+                        && !hidden
+                        && !name.is_empty()
+                        && n.as_ref().is_none_or(|n| *n == name) =>
+                {
+                    return Some(*t)
+                }
+                _ => {}
+            }
+        }
+        None
     }
 }
 

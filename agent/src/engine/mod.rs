@@ -313,6 +313,7 @@ impl Engine {
                 .filter(|d| !states.get(*d).is_some_and(StepState::is_done))
                 .map(|d| d.to_string())
                 .collect();
+            let t = Instant::now();
             let state = if !blocked.is_empty() {
                 StepState::Blocked {
                     blocked_by: blocked,
@@ -320,6 +321,13 @@ impl Engine {
             } else {
                 apply_one(step.as_ref(), cx).await
             };
+            tracing::debug!(
+                step = step.id(),
+                "step {} {} in {:.1} ms",
+                step.id(),
+                state.name(),
+                t.elapsed().as_secs_f64() * 1e3
+            );
             match &state {
                 StepState::Failed { error } => {
                     tracing::error!(step = step.id(), "step {} failed: {error}", step.id())

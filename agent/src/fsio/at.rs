@@ -38,6 +38,11 @@ impl Located {
         PathBuf::from(format!("/proc/self/fd/{}", self.dir.as_raw_fd()))
     }
 
+    /// The held directory.
+    pub(super) fn dir_fd(&self) -> &OwnedFd {
+        &self.dir
+    }
+
     /// fsync of the held directory (a rename or an unlink in it made durable).
     pub(super) fn sync_dir(&self) -> io::Result<()> {
         nix::unistd::fsync(self.dir.as_raw_fd()).map_err(io::Error::from)

@@ -6,6 +6,7 @@
 
 mod at;
 mod attrs;
+mod batch;
 mod dirs;
 
 pub(crate) use attrs::open_nofollow;
@@ -13,7 +14,7 @@ pub(crate) use attrs::open_nofollow;
 use crate::util::crash_point;
 use std::fmt;
 use std::fs::{self, File};
-use std::io::{self, Write};
+use std::io;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
@@ -306,80 +307,7 @@ impl<'a> Writer<'a> {
 
     /// Makes the file match `spec` (see the module docs for how).
     pub fn write(&self, spec: &FileSpec) -> Result<Outcome, WriteError> {
-        let diff = self.check(spec)?;
-        if diff.is_empty() {
-            return Ok(Outcome::Unchanged);
-        }
-        let label = self.wanted_label(&spec.path, &spec.label, S_IFREG);
-        if !diff.missing && !diff.content {
-            // Right content, wrong metadata: fix in place, through one descriptor. Tighten the
-            // mode first when the owner changes, so the file is never more open than either.
-            let at = self.place(&spec.path)?;
-            let f = attrs::open_nofollow(&at.via).map_err(werr(&at.real, "open"))?;
-            if diff.owner.is_some() {
-                f.set_permissions(fs::Permissions::from_mode(spec.mode & 0o700))
-                    .map_err(werr(&at.real, "chmod"))?;
-                fchown(&f, &at.real, spec.uid, spec.gid)?;
-            }
-            if let Some(l) = &label {
-                self.labeler
-                    .set_on_fd(&f, &at.real, l)
-                    .map_err(|e| label_err(&at.real, e))?;
-            }
-            f.set_permissions(fs::Permissions::from_mode(spec.mode))
-                .map_err(werr(&at.real, "chmod"))?;
-            crash_point!("fsio::fixed");
-            return Ok(Outcome::MetadataFixed);
-        }
-        if diff.missing {
-            let parent = spec.path.parent().unwrap_or(Path::new("/"));
-            self.create_parents(parent)?;
-        }
-        let at = self.place(&spec.path)?;
-        let dir = at.dir_via();
-        let name = spec.path.file_name().unwrap_or_default().to_string_lossy();
-        // Born with its final label (setfscreatecon), then owner and mode, all before the first
-        // byte of content.
-        let tmp = self
-            .labeler
-            .create_with(label.as_ref(), &at.real, || {
-                tempfile::Builder::new()
-                    .prefix(&format!(".{name}.nodectl-"))
-                    .tempfile_in(&dir)
-            })
-            .map_err(|e| label_err(&at.real, e))?;
-        crash_point!("fsio::temp");
-        let f: &File = tmp.as_file();
-        if let Some(l) = &label {
-            self.labeler
-                .set_on_fd(f, &at.real, l)
-                .map_err(|e| label_err(&at.real, e))?;
-            crash_point!("fsio::label");
-        }
-        if self.chown {
-            fchown(f, &at.real, spec.uid, spec.gid)?;
-            crash_point!("fsio::chown");
-        }
-        f.set_permissions(fs::Permissions::from_mode(spec.mode))
-            .map_err(werr(&at.real, "fchmod"))?;
-        crash_point!("fsio::chmod");
-        (&*f)
-            .write_all(&spec.content)
-            .map_err(werr(&at.real, "write"))?;
-        crash_point!("fsio::write");
-        f.sync_all().map_err(werr(&at.real, "fsync"))?;
-        crash_point!("fsio::fsync");
-        // Both names through the held directory: the rename happens in it, wherever its path
-        // now leads.
-        tmp.persist(&at.via)
-            .map_err(|e| werr(&at.real, "rename")(e.error))?;
-        crash_point!("fsio::rename");
-        at.sync_dir().map_err(werr(&at.real, "fsync directory"))?;
-        Ok(if diff.missing {
-            Outcome::Created
-        } else {
-            Outcome::Replaced
-        })
+        Ok(self.write_all(std::slice::from_ref(spec))?[0])
     }
 
     /// Where `node_path` is; its directory must exist.

@@ -62,8 +62,9 @@ impl FileSet {
         for d in &self.dirs {
             w.ensure_dir(d)?;
         }
-        for f in &self.files {
-            if w.write(f)? != crate::fsio::Outcome::Unchanged {
+        // Staged together, synced together, renamed in the order listed.
+        for (f, o) in self.files.iter().zip(w.write_all(&self.files)?) {
+            if o != crate::fsio::Outcome::Unchanged {
                 changed.push(f.path.clone());
             }
         }

@@ -135,6 +135,15 @@ impl Step for Secrets {
         async move {
             let bundles = Self::bundles(cx)?;
             let mut changes = Vec::new();
+            if !cx.root.path(&cx.settings.secrets_inbox).exists() {
+                changes.push(Change::new(
+                    format!(
+                        "create directory {} (0700)",
+                        cx.settings.secrets_inbox.display()
+                    ),
+                    "missing: the inbox exists before the bundle comes, so nodectld is told the moment it is complete",
+                ));
+            }
             for b in &bundles {
                 if Self::settling(cx, b) {
                     cx.recheck_in(BUNDLE_SETTLE);
@@ -169,6 +178,12 @@ impl Step for Secrets {
     }
     fn apply<'a>(&'a self, cx: &'a Cx) -> BoxFuture<'a, anyhow::Result<()>> {
         async move {
+            // Created when missing, left as it is otherwise (provisioning may have made it
+            // writable for the user its copy runs as).
+            let inbox = &cx.settings.secrets_inbox;
+            if !cx.root.path(inbox).exists() {
+                cx.writer().ensure_dir(&DirSpec::new(inbox.clone(), 0o700))?;
+            }
             for b in Self::bundles(cx)? {
                 if Self::settling(cx, &b) {
                     continue;

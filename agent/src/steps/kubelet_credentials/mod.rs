@@ -6,7 +6,8 @@
 //! Requests run in the background: a pass starts one, waits a moment for it (an auto-approved
 //! request finishes within the pass), and otherwise reports what it waits for; the request
 //! wakes the daemon when it ends. Failures back off: an unreachable or failing server with a
-//! capped exponential backoff with jitter; a denied or failed request for an hour, or until an
+//! capped exponential backoff with jitter (2 s doubling to 64 s); a denied or failed request
+//! with a longer one (60 s doubling to an hour), or until an
 //! operator acts (`nodectl converge`, SIGHUP, a new bootstrap kubeconfig).
 //!
 //! kubelet runs with `--kubeconfig` only (never the bootstrap kubeconfig) and without its own
@@ -122,6 +123,12 @@ fn activity(phase: &Phase, cx: &Cx) -> Option<String> {
             rfc3339(*since)
         )),
         Phase::Running { via, .. } => Some(format!("requesting a certificate ({via})")),
+        // In the pass that deferred it: waits for the next pass (asked for at once); in that
+        // pass, the request is a change like any other.
+        Phase::Deferred { pass } if *pass == cx.started => {
+            cx.recheck_in(Duration::ZERO);
+            Some("requesting a certificate once kubelet runs (standalone)".into())
+        }
         Phase::Backoff {
             attempt,
             until,
@@ -245,7 +252,16 @@ impl Step for KubeletCredentials {
                 Need::Rotate(_) => Some(Via::NodeCertificate),
                 Need::Bootstrap(_) => Some(Via::BootstrapToken),
             };
-            if let (Some(via), false) = (via, waiting && !self.running()) {
+            let kubelet_down = first_on_controller && {
+                let st = cx.systemd.state(KUBELET_UNIT).await?;
+                !kubelet_is_up(&st.active) && st.job == 0
+            };
+            if let (Some(_), true) = (&via, kubelet_down) {
+                // kubelet-running starts kubelet later in this pass; the request's own work
+                // (client, key, connection) would come first on this thread. The next pass
+                // makes the request.
+                request::defer(&self.state, cx);
+            } else if let (Some(via), false) = (via, waiting && !self.running()) {
                 let mut done = request::start(&self.state, cx, via);
                 // An auto-approved request ends within the pass; a longer one continues in the
                 // background and wakes the daemon when it ends.

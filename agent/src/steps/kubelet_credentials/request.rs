@@ -8,7 +8,7 @@ use super::super::kubelet::RESTART_MARKER;
 use crate::config::Settings;
 use crate::credentials::bootstrap::{Bootstrap, BootstrapError, Issued, Via};
 use crate::credentials::check::Facts;
-use crate::credentials::policy::{backoff, APPROVAL_WAIT, REFUSED_BACKOFF};
+use crate::credentials::policy::{backoff, refused_backoff, APPROVAL_WAIT};
 use crate::engine::{Cx, Waker};
 use crate::fsio::{FileSpec, Writer};
 use crate::root::Root;
@@ -19,17 +19,23 @@ use crate::util::time::{left, rfc3339};
 pub(super) enum Phase {
     #[default]
     Idle,
+    /// A controller's first request, left for the pass after the one that starts kubelet
+    /// (standalone): the request's work (client, key, connection) would otherwise delay
+    /// kubelet's start in the same pass (issue 18). `pass`: when the deferring pass started.
+    Deferred { pass: SystemTime },
     Running {
         via: Via,
         request: Option<String>,
         since: SystemTime,
     },
-    /// The server was unreachable or failed; retry at `until`.
+    /// The server was unreachable or failed; retry at `until`, or at once when the bootstrap
+    /// kubeconfig changes (a new server address or cluster CA makes success likely).
     Backoff {
         attempt: u32,
         since: SystemTime,
         until: SystemTime,
         reason: String,
+        bootstrap_kubeconfig: Option<Vec<u8>>,
     },
     /// Denied or failed by the cluster; retry at `until` or when the operator acts.
     Refused {
@@ -46,6 +52,8 @@ pub(super) struct State {
     pub(super) phase: Phase,
     /// Counts failed attempts in a row (backoff).
     failures: u32,
+    /// Counts denied or failed requests in a row (their longer backoff).
+    refusals: u32,
     done: Option<tokio::sync::watch::Receiver<bool>>,
 }
 
@@ -57,12 +65,19 @@ fn lock(state: &Shared) -> std::sync::MutexGuard<'_, State> {
 
 impl Phase {
     /// No new request now: one runs, a backoff has time left, or a refusal stands (no operator
-    /// action, no new bootstrap kubeconfig, its hour not over).
+    /// action, no new bootstrap kubeconfig, its backoff not over).
     pub(super) fn holds_off(&self, cx: &Cx) -> bool {
         match self {
             Phase::Running { .. } => true,
-            Phase::Backoff { since, until, .. } => {
-                !overridden(cx, *since) && left(*until) > Duration::ZERO
+            Phase::Backoff {
+                since,
+                until,
+                bootstrap_kubeconfig,
+                ..
+            } => {
+                !overridden(cx, *since)
+                    && left(*until) > Duration::ZERO
+                    && *bootstrap_kubeconfig == super::files::bootstrap_kubeconfig_bytes(cx)
             }
             Phase::Refused {
                 since,
@@ -74,7 +89,7 @@ impl Phase {
                     && left(*until) > Duration::ZERO
                     && *bootstrap_kubeconfig == super::files::bootstrap_kubeconfig_bytes(cx)
             }
-            Phase::Idle => false,
+            Phase::Idle | Phase::Deferred { .. } => false,
         }
     }
 }
@@ -93,6 +108,14 @@ struct Job {
     facts: Arc<Facts>,
     waker: Option<Waker>,
     bootstrap_kubeconfig: Option<Vec<u8>>,
+}
+
+/// Leaves the request for the next pass (see [`Phase::Deferred`]).
+pub(super) fn defer(state: &Shared, cx: &Cx) {
+    let mut st = lock(state);
+    if matches!(st.phase, Phase::Idle | Phase::Deferred { .. }) {
+        st.phase = Phase::Deferred { pass: cx.started };
+    }
 }
 
 /// Starts a request in the background unless one runs; returns a receiver that turns true when
@@ -173,7 +196,7 @@ impl Job {
         result
     }
 
-    /// The phase a request's end leaves: idle, refused for an hour, or a backoff.
+    /// The phase a request's end leaves: idle, refused (60 s doubling to an hour), or a backoff.
     fn record(&self, result: Result<Issued, BootstrapError>) {
         let mut st = lock(&self.state);
         let now = SystemTime::now();
@@ -185,18 +208,22 @@ impl Job {
                     "node client certificate issued and written"
                 );
                 st.failures = 0;
+                st.refusals = 0;
                 self.facts.set_revoked(false);
                 Phase::Idle
             }
             Err(e @ (BootstrapError::Denied { .. } | BootstrapError::Failed { .. })) => {
+                st.refusals += 1;
+                let until = now + refused_backoff(st.refusals, crate::util::jitter());
                 let reason = e.to_string();
                 tracing::error!(
+                    refusals = st.refusals,
                     "{reason}; not asking again before {} unless an operator acts (nodectl converge)",
-                    rfc3339(now + REFUSED_BACKOFF)
+                    rfc3339(until)
                 );
                 Phase::Refused {
                     since: now,
-                    until: now + REFUSED_BACKOFF,
+                    until,
                     reason,
                     bootstrap_kubeconfig: self.bootstrap_kubeconfig.clone(),
                 }
@@ -216,6 +243,7 @@ impl Job {
                     since: now,
                     until: now + delay,
                     reason,
+                    bootstrap_kubeconfig: self.bootstrap_kubeconfig.clone(),
                 }
             }
         };
