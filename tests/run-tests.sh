@@ -43,6 +43,8 @@ if [[ " $TIERS " == *" 2 "* || " $TIERS " == *" 3 "* ]]; then
   cargo build --bins -p nodectl -p nodectl-testkit -p nodectl-apiserver-double || exit 1
   # What ships (packaging's release profile), for the VM's footprint check (kubelet.sh K5).
   cargo build --release -p nodectl --bin nodectld || exit 1
+  # The relabel benchmark measures what ships too (nodectl-selinux optimized as in nodectld).
+  cargo build --release -p nodectl-testkit --bin relabel-bench || exit 1
   live=$(cargo test -p nodectl-units --test systemd_live --no-run --message-format=json 2>/dev/null \
     | jq -r 'select(.reason == "compiler-artifact" and .target.name == "systemd_live") | .executable' | tail -1)
   [ -x "$live" ] || { echo "cannot find the systemd_live test binary" >&2; exit 1; }
@@ -52,12 +54,12 @@ if [[ " $TIERS " == *" 2 "* || " $TIERS " == *" 3 "* ]]; then
   strip -o "$stage/nodectld-release" target/release/nodectld
   strip -o "$stage/systemd_live" "$live"
   strip -o "$stage/label-observer" target/debug/label-observer
-  strip -o "$stage/relabel-bench" target/debug/relabel-bench
+  strip -o "$stage/relabel-bench" target/release/relabel-bench
   strip -o "$stage/sock-listen" target/debug/sock-listen
   strip -o "$stage/zincati-id" target/debug/zincati-id
   strip -o "$stage/fake-logind" target/debug/fake-logind
   strip -o "$stage/nodectl-apiserver-double" target/debug/nodectl-apiserver-double
-  cp tests/lib/check.sh tests/vm/suites/*.sh packaging/systemd/nodectld.service \
+  cp tests/lib/check.sh tests/vm/suites/*.sh tests/bench/bench.sh packaging/systemd/nodectld.service \
      packaging/dbus/org.nodectl.Agent1.conf docs/examples/worker.toml docs/examples/controller.toml \
      docs/examples/bootstrap-kubeconfig "$stage/"
   cp -a tests/kubelet-standin "$stage/"
@@ -80,7 +82,7 @@ if [[ " $TIERS " == *" 3 "* ]]; then
   start=$SECONDS
   # One boot for every VM suite (a boot costs ~20 s under TCG). A hung boot is retried by
   # run-in-vm.sh (VM-BOOT-RETRY lines); the summary counts the retries.
-  VM_TIMEOUT=1500 tests/vm/run-in-vm.sh tests/vm/suites/all.sh "$stage"/* -- node.sh secrets.sh kubelet.sh controller.sh sysext.sh \
+  VM_TIMEOUT=2400 tests/vm/run-in-vm.sh tests/vm/suites/all.sh "$stage"/* -- node.sh secrets.sh kubelet.sh controller.sh sysext.sh crash.sh bench.sh \
     2> >(tee "$stage/vm.stderr" >&2)
   record 3 $?
   # The harness itself: a hung boot is caught within its bound and retried; a failed suite is not.

@@ -304,7 +304,12 @@ async fn a_pass_killed_anywhere_leaves_nothing_partial_and_the_next_converges() 
         }
         // SIGKILL at random instants of a pass
         let deterministic = t.trials;
-        while t.trials < (deterministic + 100).max(MIN_TRIALS) {
+        // CRASH_TRIALS: a longer campaign (docs/testing.md); CI runs the minimum.
+        let trials: usize = std::env::var("CRASH_TRIALS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(MIN_TRIALS);
+        while t.trials < (deterministic + 100).max(trials) {
             let d = fresh(&bundle);
             let at = Duration::from_micros(
                 (nodectl::util::jitter() * pass.as_micros() as f64 * 1.2) as u64,

@@ -97,6 +97,7 @@ impl Checks {
 
 /// Runs nodectld until SIGTERM or SIGINT.
 pub async fn run(opts: Options) -> anyhow::Result<()> {
+    crate::memory::no_huge_pages();
     let (tx, mut rx) = mpsc::unbounded_channel();
     let shared = Arc::new(Shared {
         status: Mutex::new(Status {

@@ -102,6 +102,13 @@ impl Passes {
             let _ = wake.send(Trigger::Credentials);
         }));
         let report = engine_apply(&self.engine, &cx).await;
+        if let Some(t) = cx.labeler.opened_in() {
+            tracing::debug!(
+                target: "nodectl::engine",
+                "file_contexts handle opened for a default label not cached yet ({:.1} ms)",
+                t.as_secs_f64() * 1e3
+            );
+        }
         let line = Status::summary(&report);
         let n = applied(&report);
         tracing::info!(

@@ -166,6 +166,7 @@ impl Writer<'_> {
         }
         let dir = at.dir_via();
         let name = spec.path.file_name().unwrap_or_default().to_string_lossy();
+        sweep_temps(&dir, &name);
         // Born with its final label (setfscreatecon), then owner and mode, all before the first
         // byte of content.
         let tmp = self
@@ -204,6 +205,25 @@ impl Writer<'_> {
                 Outcome::Replaced
             },
         }))
+    }
+}
+
+/// Removes what a crash left of an earlier write of `name` in `dir` (the held directory): temp
+/// files `.<name>.nodectl-XXXXXX` that were never renamed (complete or not, with the final mode,
+/// owner and label, but a stale copy of a key is still a copy). Regular files only, never
+/// followed. A second writer of the same file at the same instant (nodectl apply next to
+/// nodectld) loses its temp file and fails its rename; its next pass writes again.
+fn sweep_temps(dir: &Path, name: &str) {
+    let stale = format!(".{name}.nodectl-");
+    for e in fs::read_dir(dir).into_iter().flatten().flatten() {
+        let n = e.file_name();
+        let is_file = e.file_type().is_ok_and(|t| t.is_file());
+        if is_file
+            && n.to_string_lossy().starts_with(&stale)
+            && !n.to_string_lossy().contains(".nodectl-dir-")
+        {
+            let _ = fs::remove_file(e.path());
+        }
     }
 }
 
@@ -276,6 +296,13 @@ mod tests {
             std::fs::read(root.path("/etc/kubernetes/pki/ca.key")).unwrap(),
             b"key2"
         );
+        // What a crash left of an earlier write (a temp file never renamed) goes with the next
+        // write of that file.
+        let stale = root.path("/etc/kubernetes/pki/.ca.key.nodectl-Ab12Cd");
+        std::fs::write(&stale, "half a k").unwrap();
+        next[1].content = b"key3".to_vec();
+        w.write_all(&next).unwrap();
+        assert!(!stale.exists());
         // A file whose place is a directory fails the batch before any rename: the files staged
         // before it are not placed and no temp file stays behind.
         std::fs::create_dir_all(root.path("/etc/kubernetes/pki/blocked")).unwrap();

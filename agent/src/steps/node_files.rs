@@ -155,11 +155,12 @@ impl Step for NodeFiles {
     fn apply<'a>(&'a self, cx: &'a Cx) -> BoxFuture<'a, anyhow::Result<()>> {
         async move {
             let changed = Self::set(cx).apply(cx)?;
-            for (dir, unit) in APPLIED_BY {
-                if changed.iter().any(|p| p.starts_with(dir)) {
-                    cx.systemd.restart(unit).await?;
-                }
-            }
+            // Both restarts at once (each waits for its job; modprobe alone takes a while).
+            let restarts = APPLIED_BY
+                .iter()
+                .filter(|(dir, _)| changed.iter().any(|p| p.starts_with(dir)))
+                .map(|(_, unit)| cx.systemd.restart(unit));
+            futures_util::future::try_join_all(restarts).await?;
             Ok(())
         }
         .boxed()

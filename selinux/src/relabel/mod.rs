@@ -138,6 +138,9 @@ fn excluded(exclude: &[PathBuf], path: &Path) -> bool {
     exclude.iter().any(|x| path.starts_with(x))
 }
 
+/// Stack size of a relabel worker thread.
+const WORKER_STACK: usize = 256 << 10;
+
 /// Gives this thread its own working directory (`unshare(CLONE_FS)`), so it may `chdir` without
 /// moving the process's. `false` where that is refused (a seccomp filter): use full paths then.
 fn private_cwd() -> bool {
@@ -181,56 +184,62 @@ fn check_entries(
         let handles: Vec<_> = parts
             .into_iter()
             .map(|part| {
-                s.spawn(move || {
-                    let mut r = Report::default();
-                    let mut differ = Vec::new();
-                    let mut buf = vec![0u8; 256];
-                    let relative = private_cwd();
-                    for g in part {
-                        // Into the held directory: never a path resolved again. Without a
-                        // private working directory, through the descriptor's /proc link (the
-                        // directory itself, whatever its path has become).
-                        let dir_ok = relative && nix::unistd::fchdir(g.fd.as_raw_fd()).is_ok();
-                        let via_fd = PathBuf::from(format!("/proc/self/fd/{}", g.fd.as_raw_fd()));
-                        for name in &g.names {
-                            r.examined += 1;
-                            let os = std::ffi::OsStr::from_bytes(name.as_bytes());
-                            let full = || g.dir.join(os);
-                            let abs;
-                            let p: &CStr = if dir_ok {
-                                name
-                            } else {
-                                abs = cpath(&via_fd.join(os));
-                                &abs
-                            };
-                            match get_raw(p, &mut buf) {
-                                Ok(have) if have == want => {}
-                                Ok(_) => {
-                                    if !dry_run {
-                                        if let Err(e) = set_raw(p, target) {
-                                            r.errors.push(PathError {
-                                                path: full(),
-                                                error: format!("setting label: {e}"),
-                                            });
-                                            continue;
+                // A small stack: the worker needs little, and a 2 MiB one (the default) is what
+                // glibc caches after the thread ends.
+                std::thread::Builder::new()
+                    .stack_size(WORKER_STACK)
+                    .spawn_scoped(s, move || {
+                        let mut r = Report::default();
+                        let mut differ = Vec::new();
+                        let mut buf = vec![0u8; 256];
+                        let relative = private_cwd();
+                        for g in part {
+                            // Into the held directory: never a path resolved again. Without a
+                            // private working directory, through the descriptor's /proc link (the
+                            // directory itself, whatever its path has become).
+                            let dir_ok = relative && nix::unistd::fchdir(g.fd.as_raw_fd()).is_ok();
+                            let via_fd =
+                                PathBuf::from(format!("/proc/self/fd/{}", g.fd.as_raw_fd()));
+                            for name in &g.names {
+                                r.examined += 1;
+                                let os = std::ffi::OsStr::from_bytes(name.as_bytes());
+                                let full = || g.dir.join(os);
+                                let abs;
+                                let p: &CStr = if dir_ok {
+                                    name
+                                } else {
+                                    abs = cpath(&via_fd.join(os));
+                                    &abs
+                                };
+                                match get_raw(p, &mut buf) {
+                                    Ok(have) if have == want => {}
+                                    Ok(_) => {
+                                        if !dry_run {
+                                            if let Err(e) = set_raw(p, target) {
+                                                r.errors.push(PathError {
+                                                    path: full(),
+                                                    error: format!("setting label: {e}"),
+                                                });
+                                                continue;
+                                            }
+                                        }
+                                        r.changed += 1;
+                                        if collect {
+                                            differ.push(full());
                                         }
                                     }
-                                    r.changed += 1;
-                                    if collect {
-                                        differ.push(full());
-                                    }
+                                    // Removed since it was listed: nothing to label.
+                                    Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
+                                    Err(e) => r.errors.push(PathError {
+                                        path: full(),
+                                        error: format!("reading label: {e}"),
+                                    }),
                                 }
-                                // Removed since it was listed: nothing to label.
-                                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
-                                Err(e) => r.errors.push(PathError {
-                                    path: full(),
-                                    error: format!("reading label: {e}"),
-                                }),
                             }
                         }
-                    }
-                    (r, differ)
-                })
+                        (r, differ)
+                    })
+                    .expect("spawning a relabel worker")
             })
             .collect();
         let mut report = Report::default();

@@ -252,11 +252,9 @@ impl Step for KubeletCredentials {
                 Need::Rotate(_) => Some(Via::NodeCertificate),
                 Need::Bootstrap(_) => Some(Via::BootstrapToken),
             };
-            let kubelet_down = first_on_controller && {
-                let st = cx.systemd.state(KUBELET_UNIT).await?;
-                !kubelet_is_up(&st.active) && st.job == 0
-            };
-            if let (Some(_), true) = (&via, kubelet_down) {
+            // (no bus call to ask whether kubelet runs: a running one costs one pass of delay)
+            let defer = first_on_controller && matches!(phase, Phase::Idle);
+            if let (Some(_), true) = (&via, defer) {
                 // kubelet-running starts kubelet later in this pass; the request's own work
                 // (client, key, connection) would come first on this thread. The next pass
                 // makes the request.

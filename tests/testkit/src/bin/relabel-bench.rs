@@ -9,8 +9,9 @@
 //! next check with nothing changed in between (it reads only entries inotify saw change: none).
 //! A full scan of an already-right tree (what `nodectl apply` from the command line does) is
 //! printed too, for information.
-//! Prints the ratios with their targets (>= 2x changed, >= 8x unchanged); exit 1 when a target
-//! is missed.
+//! Prints the ratios with their targets (>= 4x changed, >= 8x unchanged, >= 8x for a full scan
+//! of an unchanged tree) and table rows for docs/testing.md; exit 1 below a guard (2x changed,
+//! 8x unchanged).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -109,27 +110,51 @@ fn main() {
     let (cc, oc, cs, os) = (best(&cc), best(&oc), best(&cs), best(&os));
     let mut passed = 0;
     let mut failed = 0;
-    for (case, c, o, target) in [("changed", cc, oc, 2.0), ("unchanged", cs, os, 8.0)] {
+    // Targets (docs/testing.md): changed >= 4x, unchanged >= 8x. The run fails below a guard
+    // (2x, 8x) so CI catches a regression without claiming the target.
+    let met = |ok: bool| if ok { "met" } else { "not met" };
+    let mut table = Vec::new();
+    for (case, c, o, target, guard) in [
+        ("changed", cc, oc, 4.0, 2.0),
+        ("unchanged", cs, os, 8.0, 8.0),
+    ] {
         let ratio = c.as_secs_f64() / o.as_secs_f64();
-        let ok = ratio >= target;
+        let ok = ratio >= guard;
         if ok {
             passed += 1
         } else {
             failed += 1
         }
         println!(
-            "{} relabel {entries} entries, {case:9}: chcon -R {:.3} s, nodectl {:.3} s -> {ratio:.1}x faster than chcon -R (target >= {target}x)",
+            "{} relabel {entries} entries, {case:9}: chcon -R {:.3} s, nodectl {:.3} s -> {ratio:.1}x faster than chcon -R (target >= {target}x: {}; guard >= {guard}x)",
             if ok { "PASS" } else { "FAIL" },
             c.as_secs_f64(),
             o.as_secs_f64(),
+            met(ratio >= target),
         );
+        table.push(format!(
+            "| relabel {entries} entries, {case} | nodectl {:.3} s | chcon -R {:.3} s | {ratio:.1}x, target >= {target}x: {} |",
+            o.as_secs_f64(),
+            c.as_secs_f64(),
+            met(ratio >= target)
+        ));
     }
     let f = best(&full);
+    let ratio = cs.as_secs_f64() / f.as_secs_f64();
     println!(
-        "info relabel {entries} entries, full scan of a right tree (nodectl apply): {:.3} s, {:.1}x faster than chcon -R",
+        "info relabel {entries} entries, full scan of a right tree (nodectl apply): {:.3} s, {ratio:.1}x faster than chcon -R (target >= 8x: {})",
         f.as_secs_f64(),
-        cs.as_secs_f64() / f.as_secs_f64()
+        met(ratio >= 8.0)
     );
+    table.push(format!(
+        "| relabel {entries} entries, full scan of an unchanged tree | nodectl {:.3} s | chcon -R {:.3} s | {ratio:.1}x, target >= 8x: {} |",
+        f.as_secs_f64(),
+        cs.as_secs_f64(),
+        met(ratio >= 8.0)
+    ));
+    for row in table {
+        println!("{row}");
+    }
     let _ = std::fs::remove_dir_all(&dir);
     println!("relabel-bench: {passed} passed, {failed} failed");
     std::process::exit(if failed == 0 { 0 } else { 1 });
