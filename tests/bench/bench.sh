@@ -118,6 +118,7 @@ first=$(nodectl status --json | jq '.daemon.last_pass.duration_ms')
 echo "  | first pass: $first ms ($(nodectl status --json | jq -r '.daemon.last_pass.changes_applied') changes); start to READY $(ms $((t1 - t0))) ms"
 journalctl -u nodectld.service --since "$since" --no-pager -o cat | grep -E '^step .* in [0-9.]+ ms$|pass finished' | head -20 | sed 's/^/  |   /'
 row "first pass on a fresh controller | $first ms | start to READY $(ms $((t1 - t0))) ms | <= 1000 ms: $([ "$first" -le 1000 ] && echo met || echo "not met")"
+check "B1 the first pass within 3 s (guard; the target is 1 s)" test "$first" -le 3000
 check "B1 the controller waits for its secrets" wait_until 20 sh -c '[ "$(nodectl status --json | jq -r ".steps[] | select(.id==\"secrets\") | .state")" = waiting ]'
 expect "B1 kubelet not started before the secrets" "$(systemctl is-active kubelet.service)" inactive
 idle "waiting for secrets (fresh controller)" 0
@@ -190,8 +191,8 @@ echo "  | arrival -> kubelet start job: glue $(ms $glue_job) ms, nodectld $(ms $
 echo "  | arrival -> kubelet active:    glue $(ms $glue_active) ms, nodectld $(ms $n_active) ms = ${r_active}x"
 row "arrival -> kubelet start job (22 records) | nodectld $(ms $n_job) ms | glue $(ms $glue_job) ms (layout $(ms $glue_layout) ms incl. chcon -R, daemon-reload $(ms $glue_reload) ms) | ${r_job}x, target <= 0.1x: $(awk -v r="$r_job" 'BEGIN{print (r <= 0.1 ? "met" : "not met")}')"
 row "arrival -> kubelet active | nodectld $(ms $n_active) ms | glue $(ms $glue_active) ms | ${r_active}x"
-check "B3 arrival -> start job within 0.5x of the glue's (guard; the target is 0.1x)" \
-  awk -v r="$r_job" 'BEGIN { exit !(r <= 0.5) }'
+check "B3 arrival -> start job within 0.6x of the glue's (guard; the target is 0.1x)" \
+  awk -v r="$r_job" 'BEGIN { exit !(r <= 0.6) }'
 
 echo "## B4: nodectl status against systemctl status kubelet"
 st_n() { local t0 t1; t0=$(us); for _ in 1 2 3 4 5 6 7 8 9 10; do nodectl status >/dev/null; done; t1=$(us); echo $(((t1 - t0) / 10)); }

@@ -173,6 +173,10 @@ async fn converge_loop(
         watcher.update(root, loaded.as_ref().ok().map(|(_, s)| s));
         let settings = loaded.as_ref().ok().map(|(_, s)| s.clone());
         let recheck = passes.run(loaded, trigger, n).await;
+        // And again after it: a directory the pass created (the inbox on a fresh node) is
+        // watched before anything is delivered into it (provisioning may deliver as soon as
+        // nodectld is READY).
+        watcher.update(root, settings.as_ref());
         if let Some(s) = &settings {
             reboots =
                 reboots::follow_settings(reboots, root, s, &passes.systemd, &passes.shared).await;
