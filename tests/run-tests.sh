@@ -42,7 +42,7 @@ if [[ " $TIERS " == *" 2 "* || " $TIERS " == *" 3 "* ]]; then
   hdr "build binaries for the guests"
   cargo build --bins -p nodectl -p nodectl-testkit -p nodectl-apiserver-double || exit 1
   # What ships (packaging's release profile), for the VM's footprint check (kubelet.sh K5).
-  cargo build --release -p nodectl --bin nodectld || exit 1
+  cargo build --release -p nodectl --bin nodectld --bin nodectl || exit 1
   # The relabel benchmark measures what ships too (nodectl-selinux optimized as in nodectld).
   cargo build --release -p nodectl-testkit --bin relabel-bench || exit 1
   live=$(cargo test -p nodectl-units --test systemd_live --no-run --message-format=json 2>/dev/null \
@@ -52,6 +52,7 @@ if [[ " $TIERS " == *" 2 "* || " $TIERS " == *" 3 "* ]]; then
   strip -o "$stage/nodectld" target/debug/nodectld
   strip -o "$stage/nodectl" target/debug/nodectl
   strip -o "$stage/nodectld-release" target/release/nodectld
+  strip -o "$stage/nodectl-release" target/release/nodectl
   strip -o "$stage/systemd_live" "$live"
   strip -o "$stage/label-observer" target/debug/label-observer
   strip -o "$stage/relabel-bench" target/release/relabel-bench

@@ -118,6 +118,37 @@ async fn an_update_waiting_for_reboot_takes_a_slot_drains_and_reboots_through_lo
     // Idle: nothing happens until update_engine says a reboot is needed.
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(reboots.load(Ordering::SeqCst), 0);
+    // Signals that do not decode, or carry a huge version, are skipped: the follower goes on.
+    service
+        .emit_signal(
+            None::<()>,
+            "/com/coreos/update1",
+            "com.coreos.update1.Manager",
+            "StatusUpdate",
+            &("not", "the", "signature"),
+        )
+        .await
+        .unwrap();
+    let huge = "9".repeat(1 << 20);
+    service
+        .emit_signal(
+            None::<()>,
+            "/com/coreos/update1",
+            "com.coreos.update1.Manager",
+            "StatusUpdate",
+            &(
+                1i64,
+                0.5f64,
+                "UPDATE_STATUS_DOWNLOADING",
+                huge.as_str(),
+                123i64,
+            ),
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!run.is_finished(), "a bad signal ended the follower");
+    assert_eq!(reboots.load(Ordering::SeqCst), 0);
     service
         .emit_signal(
             None::<()>,

@@ -13,7 +13,7 @@
 #   B6  relabel of 20 000 files against chcon -R (relabel-bench)
 # Each figure is printed with its baseline or target and the ratio; the table at the end goes
 # into docs/testing.md. The run fails when a guard below is exceeded.
-# /test holds: check.sh, lib.sh, nodectld-release, nodectl, nodectld.service,
+# /test holds: check.sh, lib.sh, nodectld-release, nodectl-release, nodectl, nodectld.service,
 # org.nodectl.Agent1.conf, controller.toml, worker.toml, nodectl-apiserver-double, relabel-bench.
 . /test/check.sh
 . /test/lib.sh
@@ -103,7 +103,9 @@ id etcd >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/n
 check "a bootstrap kubeconfig for the API double (then stopped: no API server yet)" start_apiserver_double --ca-key /root/bench-ca.key
 stop_apiserver_double
 install_nodectld /test/controller.toml
-install -m 0755 /test/nodectld-release /usr/local/bin/nodectld && restorecon /usr/local/bin/nodectld
+# What ships: both release builds (the status figure is the release CLI's).
+install -m 0755 /test/nodectld-release /usr/local/bin/nodectld && install -m 0755 /test/nodectl-release /usr/local/bin/nodectl
+restorecon /usr/local/bin/nodectld /usr/local/bin/nodectl
 # Debug for the placement phases (nodectl::fsio) and each step's time (nodectl::engine) only.
 mkdir -p /etc/systemd/system/nodectld.service.d
 printf '[Service]\nEnvironment=NODECTL_LOG=info,nodectl::fsio=debug,nodectl::engine=debug\n' >/etc/systemd/system/nodectld.service.d/50-bench.conf

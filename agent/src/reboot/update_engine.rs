@@ -140,17 +140,36 @@ impl Follower {
         self.steady_state().await;
         let (_, _, op, version, _) = ue.get_status().await?;
         if op == NEED_REBOOT {
-            tracing::info!(version = %version, "update_engine: an update waits for a reboot");
+            tracing::info!(version = %bounded(&version), "update_engine: an update waits for a reboot");
             return self.reboot_for_update().await;
         }
         while let Some(sig) = updates.next().await {
-            let a = sig.args()?;
+            // A signal that does not decode (another signature) is skipped, not the end of the
+            // follower; what is logged of its strings is bounded.
+            let a = match sig.args() {
+                Ok(a) => a,
+                Err(e) => {
+                    tracing::warn!(
+                        "update_engine: a StatusUpdate signal that does not decode ({e}); ignored"
+                    );
+                    continue;
+                }
+            };
             if a.current_operation == NEED_REBOOT {
-                tracing::info!(version = %a.new_version, "update_engine: an update waits for a reboot");
+                tracing::info!(version = %bounded(&a.new_version), "update_engine: an update waits for a reboot");
                 return self.reboot_for_update().await;
             }
-            tracing::debug!(operation = %a.current_operation, "update_engine status");
+            tracing::debug!(operation = %bounded(&a.current_operation), "update_engine status");
         }
         anyhow::bail!("update_engine's signal stream ended")
     }
+}
+
+/// At most 64 characters of a string update_engine sent, for the journal.
+fn bounded(s: &str) -> String {
+    let mut out: String = s.chars().take(64).collect();
+    if out.len() < s.len() {
+        out.push('…');
+    }
+    out
 }

@@ -225,6 +225,17 @@ impl Step for KubeletCredentials {
     fn observe<'a>(&'a self, cx: &'a Cx) -> BoxFuture<'a, anyhow::Result<Observation>> {
         async move {
             let (held, need, phase) = self.assess(cx);
+            // The request stored its certificate but has not ended (the node kubeconfig, the
+            // phase, the wake-up come next): a pass woken by the new files in the watched key
+            // directory waits for the pass the request's end wakes, so kubelet is neither
+            // started on half the credentials nor started and then restarted.
+            if let Phase::Running { since, .. } = &phase {
+                if issued_since(cx, *since) {
+                    return Ok(Observation::Waiting(
+                        "the node's new certificate to be stored (the request is ending)".into(),
+                    ));
+                }
+            }
             let changes = files::files(cx, owns(held.as_ref(), cx))?.changes(cx)?;
             let activity = activity(&phase, cx);
             refused(&phase, &need, cx)?;
