@@ -230,8 +230,6 @@ fn sweep_temps(dir: &Path, name: &str) {
 #[cfg(test)]
 mod tests {
     use super::super::{FileSpec, Outcome, Writer};
-    use crate::root::Root;
-    use nodectl_selinux::{HostSelinux, Labeler, Mode};
     use std::os::unix::fs::PermissionsExt;
 
     fn temps(dir: &std::path::Path) -> Vec<String> {
@@ -255,14 +253,7 @@ mod tests {
 
     #[test]
     fn a_batch_places_every_file_once_and_a_failure_leaves_no_temp_file() {
-        let d = tempfile::tempdir().unwrap();
-        let root = Root::new(d.path());
-        let host = HostSelinux {
-            mode: Mode::Absent,
-            mls: false,
-            policy: None,
-        };
-        let l = Labeler::new(root.dir(), &host);
+        let (d, root, l) = super::super::tests::setup();
         let w = Writer::new(&root, &l);
         let specs = vec![
             FileSpec::new("/etc/kubernetes/pki/ca.crt", "ca", 0o644),

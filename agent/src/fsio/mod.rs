@@ -403,7 +403,7 @@ mod tests {
     use super::*;
     use nodectl_selinux::{HostSelinux, Mode};
 
-    fn setup() -> (tempfile::TempDir, Root, Labeler) {
+    pub(super) fn setup() -> (tempfile::TempDir, Root, Labeler) {
         let d = tempfile::tempdir().unwrap();
         let root = Root::new(d.path());
         let host = HostSelinux {

@@ -74,12 +74,8 @@ impl Phase {
                 until,
                 bootstrap_kubeconfig,
                 ..
-            } => {
-                !overridden(cx, *since)
-                    && left(*until) > Duration::ZERO
-                    && *bootstrap_kubeconfig == super::files::bootstrap_kubeconfig_bytes(cx)
             }
-            Phase::Refused {
+            | Phase::Refused {
                 since,
                 until,
                 bootstrap_kubeconfig,
