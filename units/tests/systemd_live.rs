@@ -125,3 +125,38 @@ async fn follows_state_changes_by_signal() {
         other => panic!("expected a timeout, got {other:?}"),
     }
 }
+
+/// `brief` (one or two small Manager calls) says what `state` says about load, activity, job
+/// and unit file, including for a unit that has no file yet and then gets one (loaded again by
+/// systemd itself, no reload).
+#[tokio::test]
+#[ignore = "needs systemd as PID 1 (nspawn tier)"]
+async fn brief_agrees_with_state_and_sees_a_new_unit_file_without_a_reload() {
+    let c = client().await;
+    let name = "nodectl-live-brief2.service";
+    let st = c.brief(name, true).await.unwrap();
+    assert_eq!(
+        (st.load.as_str(), st.active.as_str(), st.unit_file.as_str()),
+        ("not-found", "inactive", "")
+    );
+    unit(
+        name,
+        "[Service]\nExecStart=/bin/sleep infinity\n[Install]\nWantedBy=multi-user.target\n",
+    );
+    let st = c.brief(name, true).await.unwrap();
+    assert_eq!(
+        (st.load.as_str(), st.unit_file.as_str()),
+        ("loaded", "disabled")
+    );
+    c.start(name).await.unwrap();
+    let (b, s) = (
+        c.brief(name, false).await.unwrap(),
+        c.state(name).await.unwrap(),
+    );
+    assert_eq!(
+        (b.load, b.active, b.sub, b.job),
+        (s.load, s.active, s.sub, s.job)
+    );
+    assert_eq!(b.unit_file, "", "not asked for");
+    c.stop(name).await.unwrap();
+}

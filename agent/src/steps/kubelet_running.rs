@@ -31,7 +31,7 @@ impl Step for KubeletRunning {
     }
     fn observe<'a>(&'a self, cx: &'a Cx) -> BoxFuture<'a, anyhow::Result<Observation>> {
         async move {
-            let st = cx.systemd.state(kubelet::KUBELET_UNIT).await?;
+            let st = cx.systemd.brief(kubelet::KUBELET_UNIT, false).await?;
             Ok(if kubelet_is_up(&st.active) {
                 Observation::Converged(format!("kubelet.service {} ({})", st.active, st.sub))
             } else if st.job != 0 {

@@ -91,7 +91,7 @@ impl Step for KubeletUnit {
     fn observe<'a>(&'a self, cx: &'a Cx) -> BoxFuture<'a, anyhow::Result<Observation>> {
         async move {
             let mut changes = Self::set(cx).changes(cx)?;
-            let state = cx.systemd.state(kubelet::KUBELET_UNIT).await?;
+            let state = cx.systemd.brief(kubelet::KUBELET_UNIT, true).await?;
             let marker = cx.root.path(RESTART_MARKER).exists();
             if (!changes.is_empty() && needs_reload(&state)) || marker {
                 changes.push(Change::new(
@@ -135,7 +135,7 @@ impl Step for KubeletUnit {
             let marker = cx.root.path(RESTART_MARKER);
             // One read decides everything below: writing files and reloading neither stop
             // kubelet nor disable its unit file.
-            let before = cx.systemd.state(kubelet::KUBELET_UNIT).await?;
+            let before = cx.systemd.brief(kubelet::KUBELET_UNIT, true).await?;
             let was_up = kubelet_is_up(&before.active);
             let pending = !set.changes(cx)?.is_empty();
             if pending && was_up {

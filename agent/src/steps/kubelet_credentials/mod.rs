@@ -297,7 +297,7 @@ impl KubeletCredentials {
         set.apply(cx)?;
         let marker = cx.root.path(RESTART_MARKER);
         if changed || marker.exists() {
-            let st = cx.systemd.state(KUBELET_UNIT).await?;
+            let st = cx.systemd.brief(KUBELET_UNIT, false).await?;
             if kubelet_is_up(&st.active) {
                 tracing::info!(
                     unit = KUBELET_UNIT,
