@@ -3,10 +3,10 @@
 //! made durable, then renamed over their targets in the order given, then each directory is
 //! synced once. Per file the guarantee is [`Writer::write`]'s (old or new, never half-written or
 //! mislabeled; a crash leaves each file one or the other); what changes is the number of waits
-//! for the disk. On ext4 and xfs the first `fsync` commits the journal transaction that holds
-//! every temp file's creation (and, data=ordered, their data), so the next ones find little left
-//! to do; the same holds for the directory syncs after the renames. One `syncfs` would flush
-//! whatever else the node has dirty (image layers being pulled) and is not used.
+//! for the disk. The files are synced from a few threads at once, so that their fsyncs share
+//! journal commits ([`sync_staged`]); each directory is synced once after the renames. One
+//! `syncfs` would flush whatever else the node has dirty (image layers being pulled) and is not
+//! used.
 
 use std::collections::HashSet;
 use std::fs::{self, File};
@@ -91,13 +91,7 @@ impl Writer<'_> {
         }
         phases.stage += t.elapsed();
         let t = Instant::now();
-        for s in &staged {
-            s.tmp
-                .as_file()
-                .sync_all()
-                .map_err(werr(&s.at.real, "fsync"))?;
-            crash_point!("fsio::fsync");
-        }
+        sync_staged(&staged)?;
         phases.sync += t.elapsed();
         let t = Instant::now();
         let mut dirs = Vec::new();
@@ -206,6 +200,51 @@ impl Writer<'_> {
             },
         }))
     }
+}
+
+/// At most this many threads sync a batch's files at once.
+const SYNC_THREADS: usize = 8;
+
+/// Makes every staged file durable before any is renamed. The fsyncs run from up to
+/// [`SYNC_THREADS`] threads at once: concurrent fsyncs on one filesystem share journal commits
+/// (ext4's jbd2 and xfs's log join a commit in progress, "group commit"), where one after the
+/// other each waits for a commit of its own (22 files: ~68 ms one by one under QEMU TCG). Each
+/// file is still synced by its own descriptor and all are synced before the first rename; a
+/// failure fails the batch before anything is renamed. One by one when threads cannot be made.
+fn sync_staged(staged: &[Staged]) -> Result<(), WriteError> {
+    let sync = |files: &[Staged]| -> Result<(), WriteError> {
+        for s in files {
+            s.tmp
+                .as_file()
+                .sync_all()
+                .map_err(werr(&s.at.real, "fsync"))?;
+            crash_point!("fsio::fsync");
+        }
+        Ok(())
+    };
+    if staged.len() < 2 {
+        return sync(staged);
+    }
+    let per = staged.len().div_ceil(SYNC_THREADS.min(staged.len()));
+    std::thread::scope(|scope| {
+        let mut threads = Vec::new();
+        let mut result = Ok(());
+        for files in staged.chunks(per) {
+            let spawned = std::thread::Builder::new()
+                .name("fsync".into())
+                .stack_size(64 * 1024)
+                .spawn_scoped(scope, move || sync(files));
+            match spawned {
+                Ok(t) => threads.push(t),
+                Err(_) => result = result.and_then(|()| sync(files)),
+            }
+        }
+        for t in threads {
+            let r = t.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+            result = result.and(r);
+        }
+        result
+    })
 }
 
 /// Removes what a crash left of an earlier write of `name` in `dir` (the held directory): temp

@@ -153,8 +153,17 @@ impl Step for Secrets {
                         BUNDLE_SETTLE.as_secs()
                     )));
                 }
+                let t = std::time::Instant::now();
                 let set = Self::fileset(cx, b)?;
+                let read = t.elapsed();
                 changes.extend(set.changes(cx)?);
+                tracing::debug!(
+                    target: "nodectl::engine",
+                    "secrets: {} read and checked in {:.1} ms, compared with the node in {:.1} ms",
+                    b.display(),
+                    read.as_secs_f64() * 1e3,
+                    (t.elapsed() - read).as_secs_f64() * 1e3
+                );
                 changes.push(Change::new(
                     format!("remove {} from the inbox", b.display()),
                     format!("its {} files are placed", set.files.len()),
@@ -189,10 +198,21 @@ impl Step for Secrets {
                     continue;
                 }
                 // Checked whole before anything is written.
+                let t = std::time::Instant::now();
                 let set = Self::fileset(cx, &b)?;
+                let read = t.elapsed();
                 set.apply(cx)?;
+                let placed = t.elapsed();
                 tracing::info!(bundle = %b.display(), files = set.files.len(), "placed {} files from {}", set.files.len(), b.display());
                 cx.writer().remove(&b)?;
+                tracing::debug!(
+                    target: "nodectl::engine",
+                    "secrets: {} read again in {:.1} ms, directories and files placed in {:.1} ms, removed in {:.1} ms",
+                    b.display(),
+                    read.as_secs_f64() * 1e3,
+                    (placed - read).as_secs_f64() * 1e3,
+                    (t.elapsed() - placed).as_secs_f64() * 1e3
+                );
             }
             Ok(())
         }
