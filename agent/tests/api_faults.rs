@@ -6,7 +6,8 @@
 //! Watches cut mid-event or answered `410 Gone` are watched again (the same request, no new
 //! one); a bootstrap kubeconfig naming another CA fails every attempt with a verification error
 //! in status until the right one is written, which is used at once; a signer whose clock runs
-//! ahead (notBefore in the node's future) issues a certificate the node keeps.
+//! ahead (notBefore in the node's future) issues a certificate the node keeps. On a controller,
+//! kubelet starting the API server's static pod ends the backoff at once.
 
 use std::time::{Duration, Instant};
 
@@ -38,18 +39,20 @@ struct Node {
 
 impl Node {
     fn start(kubeconfig: &str) -> Node {
+        Self::start_as("[node]\nrole = \"worker\"\nname = \"w1\"\n", kubeconfig)
+    }
+
+    fn start_as(config: &str, kubeconfig: &str) -> Node {
         let bus = Bus::start();
         let d = tempfile::tempdir().unwrap();
         let root = d.path();
         std::fs::create_dir_all(root.join("etc/nodectl/config.d")).unwrap();
         std::fs::write(root.join("etc/os-release"), "ID=debian\n").unwrap();
         std::fs::write(root.join("etc/resolv.conf"), "nameserver 10.0.0.2\n").unwrap();
-        std::fs::write(
-            root.join("etc/nodectl/config.d/10-node.toml"),
-            "[node]\nrole = \"worker\"\nname = \"w1\"\n",
-        )
-        .unwrap();
-        std::fs::create_dir_all(root.join("etc/kubernetes")).unwrap();
+        std::fs::write(root.join("etc/nodectl/config.d/10-node.toml"), config).unwrap();
+        // A controller's control-plane certificates (placed by a bundle on a real node).
+        std::fs::create_dir_all(root.join("etc/kubernetes/pki")).unwrap();
+        std::fs::write(root.join("etc/kubernetes/pki/ca.crt"), "x").unwrap();
         std::fs::write(root.join("etc/kubernetes/kubeconfig"), kubeconfig).unwrap();
         let daemon = start_daemon(root, &bus);
         Node {
@@ -89,8 +92,11 @@ impl Node {
     }
 
     async fn certified(&mut self) -> serde_json::Value {
-        self.until(|v| v["credentials"]["subject"] == "system:node:w1")
-            .await
+        self.certified_as("system:node:w1").await
+    }
+
+    async fn certified_as(&mut self, subject: &str) -> serde_json::Value {
+        self.until(|v| v["credentials"]["subject"] == subject).await
     }
 }
 
@@ -281,4 +287,62 @@ async fn fault_not_before_skew() {
         "{v2:#}"
     );
     assert_eq!(v["credentials"], v2["credentials"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_api_server_pod_ends_a_controllers_backoff() {
+    // A controller's API server is one of its own static pods: until kubelet runs it, every
+    // attempt is refused and backs off. kubelet creating that pod's sandbox (its log directory
+    // in /var/log/pods, as kuberuntime's createPodSandbox does) ends the backoff at once,
+    // whatever it had left, and the next failure waits 2 s again.
+    let key = rcgen::KeyPair::generate().unwrap().serialize_pem();
+    let opts = || Options {
+        ca_key_pem: Some(key.clone()),
+        ..Default::default()
+    };
+    let addr = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    // The kubeconfig of a server that is not up yet (the same CA and address come up later).
+    let kubeconfig = Double::start_on(addr, opts())
+        .await
+        .unwrap()
+        .bootstrap_kubeconfig("abcdef.0123456789abcdef");
+    let mut node = Node::start_as(
+        "[node]\nrole = \"controller\"\nname = \"c0\"\n",
+        &kubeconfig,
+    );
+    let pods = node.root.path().join("var/log/pods");
+    std::fs::create_dir_all(&pods).unwrap();
+    // Another pod's sandbox changes nothing.
+    std::fs::create_dir(pods.join("kube-system_kube-scheduler-c0_5e6f")).unwrap();
+    // (A controller's step converges while it waits: kubelet runs standalone; its summary
+    // says what the request waits for.)
+    let v = node
+        .until(|v| {
+            step(v, "kubelet-credentials")
+                .to_string()
+                .contains("attempt 4")
+        })
+        .await;
+    let waiting = step(&v, "kubelet-credentials").to_string();
+    assert!(waiting.contains("Connect"), "{waiting}");
+    let api = Double::start_on(addr, opts()).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        requests(&api, "POST", CSRS).len(),
+        0,
+        "asked before the backoff ended: {:#?}",
+        node.said
+    );
+    let started = Instant::now();
+    std::fs::create_dir(pods.join("kube-system_kube-apiserver-c0_0f1e2d3c")).unwrap();
+    node.certified_as("system:node:c0").await;
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "the API server's pod did not end the backoff: {:?}; said {:#?}",
+        started.elapsed(),
+        node.said
+    );
 }

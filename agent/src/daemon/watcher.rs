@@ -1,6 +1,7 @@
 //! The inotify watches that wake the daemon: config directories, the inputs a pass waits for
-//! (the nearest existing parent while a path does not exist yet), the secrets inbox, and the
-//! node's credentials (a label or mode changed by someone else is put back at once).
+//! (the nearest existing parent while a path does not exist yet), the secrets inbox, the
+//! node's credentials (a label or mode changed by someone else is put back at once) and, on a
+//! controller, kubelet's pod log directory (a new API server pod ends a request's backoff).
 
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -28,6 +29,9 @@ enum Interest {
     /// (`None`) any non-hidden one. nodectld's own writes (a hidden temp file renamed into
     /// place, its label and mode set before) raise neither on the final name.
     Altered(Option<OsString>, Trigger),
+    /// A new entry whose name starts with this (created or renamed in): a controller's API
+    /// server pod in kubelet's pod log directory, which ends a certificate request's backoff.
+    Prefix(String, Trigger),
 }
 
 /// The inotify instance, owning its descriptor for its whole life (what AsyncFd requires).
@@ -103,6 +107,14 @@ impl Watcher {
                     let i = Interest::Altered(Some(name.to_os_string()), cred);
                     want.push((root.path(dir), i));
                 }
+            }
+            if s.role == config::Role::Controller {
+                let pods = Interest::Prefix(
+                    crate::steps::api_server_pod_prefix(&s.node_name),
+                    Trigger::InputChange,
+                );
+                let logs = Path::new(crate::steps::POD_LOGS);
+                want.push(nearest(root, logs, pods, Trigger::InputChange));
             }
             let pki = Path::new(crate::credentials::CERT_DIR);
             if root.path(pki).is_dir() {
@@ -199,6 +211,14 @@ impl Watcher {
                             .store(true, std::sync::atomic::Ordering::Relaxed);
                     }
                     return Some(*t);
+                }
+                Interest::Prefix(p, t)
+                    if ev
+                        .mask
+                        .intersects(AddWatchFlags::IN_CREATE | AddWatchFlags::IN_MOVED_TO)
+                        && name.to_string_lossy().starts_with(p.as_str()) =>
+                {
+                    return Some(*t)
                 }
                 Interest::Altered(n, t)
                     if altered

@@ -32,7 +32,9 @@ pub(crate) use bundle::CONTROL_PLANE_UID;
 pub(crate) use kubelet::running_image;
 pub use kubelet::KUBELET_ENV;
 pub(crate) use kubelet_ca::KubeletCa;
-pub(crate) use kubelet_credentials::{KubeletCredentials, APPROVAL_WAIT};
+pub(crate) use kubelet_credentials::{
+    api_server_pod_prefix, KubeletCredentials, APPROVAL_WAIT, POD_LOGS,
+};
 pub(crate) use kubelet_running::KubeletRunning;
 pub(crate) use kubelet_unit::KubeletUnit;
 pub(crate) use node_files::NodeFiles;

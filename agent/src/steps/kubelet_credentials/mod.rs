@@ -6,9 +6,10 @@
 //! Requests run in the background: a pass starts one, waits a moment for it (an auto-approved
 //! request finishes within the pass), and otherwise reports what it waits for; the request
 //! wakes the daemon when it ends. Failures back off: an unreachable or failing server with a
-//! capped exponential backoff with jitter (2 s doubling to 64 s); a denied or failed request
-//! with a longer one (60 s doubling to an hour), or until an
-//! operator acts (`nodectl converge`, SIGHUP, a new bootstrap kubeconfig).
+//! capped exponential backoff with jitter (2 s doubling to 64 s), ended at once on a controller
+//! when kubelet starts a new API server pod there (its log directory appears in
+//! `/var/log/pods`); a denied or failed request with a longer one (60 s doubling to an hour), or
+//! until an operator acts (`nodectl converge`, SIGHUP, a new bootstrap kubeconfig).
 //!
 //! kubelet runs with `--kubeconfig` only (never the bootstrap kubeconfig) and without its own
 //! rotation; the flag comes from [`KUBELET_ENV`], read by kubelet.service at each start, so
@@ -30,6 +31,8 @@
 
 mod files;
 mod request;
+
+pub(crate) use request::{api_server_pod_prefix, POD_LOGS};
 
 use std::path::Path;
 use std::time::{Duration, SystemTime};

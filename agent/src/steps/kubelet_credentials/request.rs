@@ -29,13 +29,16 @@ pub(super) enum Phase {
         since: SystemTime,
     },
     /// The server was unreachable or failed; retry at `until`, or at once when the bootstrap
-    /// kubeconfig changes (a new server address or cluster CA makes success likely).
+    /// kubeconfig changes (a new server address or cluster CA makes success likely) or, on a
+    /// controller, when kubelet starts a new API server pod on it (see [`api_server_pods`]).
     Backoff {
         attempt: u32,
         since: SystemTime,
         until: SystemTime,
         reason: String,
         bootstrap_kubeconfig: Option<Vec<u8>>,
+        /// The controller's API server pods when the backoff began (`None` on a worker).
+        api_pods: Option<Vec<String>>,
     },
     /// Denied or failed by the cluster; retry at `until` or when the operator acts.
     Refused {
@@ -84,10 +87,58 @@ impl Phase {
                 !overridden(cx, *since)
                     && left(*until) > Duration::ZERO
                     && *bootstrap_kubeconfig == super::files::bootstrap_kubeconfig_bytes(cx)
+                    && !self.new_api_server_pod(cx)
             }
             Phase::Idle | Phase::Deferred { .. } => false,
         }
     }
+
+    /// A backoff a new API server pod on this controller ends: success is likely soon, and the
+    /// server answers first on this node.
+    fn new_api_server_pod(&self, cx: &Cx) -> bool {
+        match self {
+            Phase::Backoff {
+                api_pods: Some(before),
+                ..
+            } => api_server_pods(&cx.root, &cx.settings)
+                .is_some_and(|now| now.iter().any(|p| !before.contains(p))),
+            _ => false,
+        }
+    }
+}
+
+/// Where kubelet keeps its pods' logs: one directory per pod sandbox,
+/// `<namespace>_<name>_<uid>`, made when kubelet creates the sandbox (pkg/kubelet/kuberuntime,
+/// `BuildPodLogsDirectory` in helpers.go, called from `createPodSandbox`).
+pub(crate) const POD_LOGS: &str = "/var/log/pods";
+
+/// The name prefix of the pod log directories of this controller's API server: the static pod
+/// from `kube-apiserver.yaml`, named `kube-apiserver-<node name>` by kubelet
+/// (pkg/kubelet/config/common.go, `applyDefaults`: a static pod's name gets `-<nodeName>`).
+pub(crate) fn api_server_pod_prefix(node_name: &str) -> String {
+    format!("kube-system_kube-apiserver-{node_name}_")
+}
+
+/// At most this many entries of [`POD_LOGS`] are read.
+const MAX_POD_DIRS: usize = 4096;
+
+/// This controller's API server pod sandboxes, by log directory name (sorted); `None` on a
+/// worker, whose API server is elsewhere.
+pub(super) fn api_server_pods(root: &Root, settings: &Settings) -> Option<Vec<String>> {
+    if settings.role != crate::config::Role::Controller {
+        return None;
+    }
+    let prefix = api_server_pod_prefix(&settings.node_name);
+    let mut pods: Vec<String> = std::fs::read_dir(root.path(POD_LOGS))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .take(MAX_POD_DIRS)
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(&prefix))
+        .collect();
+    pods.sort();
+    Some(pods)
 }
 
 /// An operator's pass overrides a backoff set before it began (not one its own attempt set).
@@ -120,6 +171,11 @@ pub(super) fn start(state: &Shared, cx: &Cx, via: Via) -> tokio::sync::watch::Re
     let mut st = lock(state);
     if let (Phase::Running { .. }, Some(rx)) = (&st.phase, &st.done) {
         return rx.clone();
+    }
+    if st.phase.new_api_server_pod(cx) {
+        // A new start, not a next step: failing again, it waits 2 s, not the doubled delay.
+        tracing::info!("a new API server pod runs on this node: requesting again now");
+        st.failures = 0;
     }
     let (tx, rx) = tokio::sync::watch::channel(false);
     st.phase = Phase::Running {
@@ -240,6 +296,7 @@ impl Job {
                     until: now + delay,
                     reason,
                     bootstrap_kubeconfig: self.bootstrap_kubeconfig.clone(),
+                    api_pods: api_server_pods(&self.root, &self.settings),
                 }
             }
         };
