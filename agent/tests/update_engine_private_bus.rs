@@ -119,46 +119,23 @@ async fn an_update_waiting_for_reboot_takes_a_slot_drains_and_reboots_through_lo
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(reboots.load(Ordering::SeqCst), 0);
     // Signals that do not decode, or carry a huge version, are skipped: the follower goes on.
-    service
-        .emit_signal(
-            None::<()>,
-            "/com/coreos/update1",
-            "com.coreos.update1.Manager",
-            "StatusUpdate",
-            &("not", "the", "signature"),
-        )
-        .await
-        .unwrap();
+    status_update(&service, &("not", "the", "signature")).await;
     let huge = "9".repeat(1 << 20);
-    service
-        .emit_signal(
-            None::<()>,
-            "/com/coreos/update1",
-            "com.coreos.update1.Manager",
-            "StatusUpdate",
-            &(
-                1i64,
-                0.5f64,
-                "UPDATE_STATUS_DOWNLOADING",
-                huge.as_str(),
-                123i64,
-            ),
-        )
-        .await
-        .unwrap();
+    status_update(
+        &service,
+        &(
+            1i64,
+            0.5f64,
+            "UPDATE_STATUS_DOWNLOADING",
+            huge.as_str(),
+            123i64,
+        ),
+    )
+    .await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(!run.is_finished(), "a bad signal ended the follower");
     assert_eq!(reboots.load(Ordering::SeqCst), 0);
-    service
-        .emit_signal(
-            None::<()>,
-            "/com/coreos/update1",
-            "com.coreos.update1.Manager",
-            "StatusUpdate",
-            &(1i64, 1.0f64, NEED_REBOOT, "4152.2.0", 123i64),
-        )
-        .await
-        .unwrap();
+    status_update(&service, &(1i64, 1.0f64, NEED_REBOOT, "4152.2.0", 123i64)).await;
     // The slot is busy: it waits, without rebooting.
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(coordinator.status().state, "waiting-for-slot");
@@ -215,4 +192,22 @@ async fn an_update_waiting_for_reboot_takes_a_slot_drains_and_reboots_through_lo
         .unwrap();
     assert!(!other.read().await.unwrap().holds("flatcar-1"));
     assert!(api.node("flatcar-1").unwrap()["spec"]["unschedulable"].is_null());
+}
+
+/// update_engine's `StatusUpdate` signal (path, interface and member as the real service sends
+/// it) with `body`: the real signature `(xdssx)` or, to test the follower, another.
+async fn status_update<B>(service: &zbus::Connection, body: &B)
+where
+    B: serde::Serialize + zbus::zvariant::DynamicType,
+{
+    service
+        .emit_signal(
+            None::<()>,
+            "/com/coreos/update1",
+            "com.coreos.update1.Manager",
+            "StatusUpdate",
+            body,
+        )
+        .await
+        .unwrap();
 }
