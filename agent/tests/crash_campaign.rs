@@ -1,30 +1,41 @@
-//! Tier 1, feature `failpoints` (tests/run-tests.sh runs it): the crash campaign. A controller
-//! comes up from nothing in a scratch root (its Typhoon bundle in the inbox, the API double
-//! issuing its certificate) with `nodectl apply`, which is killed:
+//! Feature `failpoints` (tests/run-tests.sh runs it): the crash campaign. A controller comes up
+//! from nothing (its Typhoon bundle in the inbox, the API double issuing its certificate) with
+//! `nodectl apply`, which is killed:
 //! - at every crash point of the pass, each hit in turn (`FAILPOINTS=<point>=<k>*off->return`:
 //!   the process aborts at hit k+1 of that point): temp file created, labeled, chowned,
 //!   chmodded, written, fsynced, renamed; directory created, its metadata set, renamed into
-//!   place; file removed;
-//!   the credential store's file stored, link made, link switched; the CSR created;
+//!   place; file removed; the credential store's file stored, link made, link switched; the CSR
+//!   created; each systemd call done (EnableUnitFiles, Reload, StartUnit, RestartUnit, a queued
+//!   start, StopUnit: the process dies with systemd's reply read, nothing recorded of it);
 //! - and with SIGKILL at random instants of a pass.
 //!
 //! After each kill, every file the finished pass would have is absent or complete with its
 //! final mode (a directory may also still be 0700, as born), the credential store's
 //! `kubelet-client-current.pem` names a complete certificate and key that match, and the next
-//! pass converges to the same node with kubelet started at most once. Prints
+//! pass converges to the same node, leaves no temp file, and kubelet was started at most as
+//! often as in a pass that was not killed. Prints
 //! `trials N, converged N, partial 0, mislabeled 0, wrong mode 0` and fails otherwise, or under
-//! 500 trials. (No SELinux in this tier: labels are the VM tier's; "mislabeled" counts files
-//! whose security.selinux xattr differs from the finished pass's.)
+//! 500 trials.
+//!
+//! Two beds:
+//! - tier 1 (`a_pass_killed_anywhere_...`): a scratch root per trial, systemd the offline
+//!   stand-in (it records calls; starts are its count of start calls);
+//! - tier 2 (`on_real_systemd_...`, ignored here; tests/nspawn/crash.sh runs it inside
+//!   systemd-nspawn): this host's root, systemd PID 1 over the system bus, kubelet a stand-in
+//!   unit whose every start is counted by systemd running its ExecStart.
+//!
+//! (No SELinux in either: labels are the VM tier's, tests/vm/suites/crash.sh; "mislabeled"
+//! counts files whose security.selinux xattr differs from the finished pass's.)
 #![cfg(feature = "failpoints")]
 
-use std::collections::BTreeMap;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 mod common;
+mod crash;
 use common::{calls, controller_bundle, controller_root, drop_bundle};
+use crash::{check_killed, compared, is_temp, store_consistent, walk, Tally, Tree};
 
 const POINTS: &[&str] = &[
     "fsio::temp",
@@ -43,188 +54,144 @@ const POINTS: &[&str] = &[
     "store::link",
     "store::switched",
     "csr::created",
+    "systemd::enable",
+    "systemd::reload",
+    "systemd::start",
+    "systemd::restart",
+    "systemd::queue",
+    "systemd::stop",
 ];
-const PKI: &str = "var/lib/kubelet/pki";
 const MIN_TRIALS: usize = 500;
 
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct Entry {
-    dir: bool,
-    mode: u32,
-    content: Vec<u8>,
-    label: Option<Vec<u8>>,
+/// Where the trials run.
+trait Bed: Send {
+    /// A fresh node with the bundle in its inbox: its root.
+    fn fresh(&mut self) -> PathBuf;
+    /// Every entry of the node (temp files too).
+    fn tree(&self, root: &Path) -> Tree;
+    /// kubelet's starts since [`Bed::fresh`].
+    fn starts(&self, root: &Path) -> u64;
+    /// Anything else a converged node shows.
+    fn settled(&self) -> Result<(), String> {
+        Ok(())
+    }
 }
 
-type Tree = BTreeMap<PathBuf, Entry>;
+/// A scratch root per trial; systemd the offline stand-in.
+struct Scratch {
+    bundle: String,
+    current: Option<tempfile::TempDir>,
+}
 
-/// Every file and directory under the root, but /run (the offline systemd's record), the
-/// inbox, hidden temp files and the credential store (checked apart: its names and keys are
-/// new in every run).
-fn tree(root: &Path) -> Tree {
-    fn walk(root: &Path, dir: &Path, out: &mut Tree) {
-        for e in std::fs::read_dir(dir).unwrap() {
-            let p = e.unwrap().path();
-            let rel = p.strip_prefix(root).unwrap().to_path_buf();
-            let name = p.file_name().unwrap().to_string_lossy().to_string();
-            if rel.starts_with("run")
-                || rel.starts_with("var/lib/nodectl/inbox")
-                || rel.starts_with(PKI)
-                || name.contains(".nodectl-")
-            {
-                continue;
-            }
-            let m = std::fs::symlink_metadata(&p).unwrap();
-            let label = xattr(&p);
-            if m.is_dir() {
-                out.insert(
-                    rel,
-                    Entry {
-                        dir: true,
-                        mode: m.permissions().mode() & 0o7777,
-                        content: vec![],
-                        label,
-                    },
-                );
-                walk(root, &p, out);
-            } else {
-                let content = if m.file_type().is_symlink() {
-                    std::fs::read_link(&p)
-                        .unwrap()
-                        .into_os_string()
-                        .into_encoded_bytes()
+impl Bed for Scratch {
+    fn fresh(&mut self) -> PathBuf {
+        let d = controller_root();
+        drop_bundle(d.path(), "assets", &self.bundle);
+        let root = d.path().to_path_buf();
+        self.current = Some(d);
+        root
+    }
+    fn tree(&self, root: &Path) -> Tree {
+        // /run is the offline systemd's record
+        walk(root, &[""], &|rel, _| !rel.starts_with("run"))
+    }
+    fn starts(&self, root: &Path) -> u64 {
+        calls(root)["start"].as_u64().unwrap_or(0)
+    }
+}
+
+/// This host (inside systemd-nspawn): systemd PID 1; kubelet a stand-in unit that counts its
+/// starts in [`Host::STARTS`] (tests/nspawn/crash.sh sets it up).
+struct Host {
+    bundle: String,
+    /// The node before the first pass: what [`Bed::fresh`] puts back.
+    baseline: Tree,
+}
+
+impl Host {
+    /// Where nodectld writes (and the units it installs live).
+    const TOPS: &[&str] = &[
+        "etc",
+        "opt",
+        "var/lib/kubelet",
+        "var/lib/nodectl",
+        "var/log/pods",
+    ];
+    const STARTS: &str = "/run/kubelet-standin.starts";
+
+    fn new(bundle: String) -> Host {
+        let mut h = Host {
+            bundle,
+            baseline: Tree::new(),
+        };
+        h.baseline = h.tree(Path::new("/"));
+        h
+    }
+}
+
+fn systemctl(args: &[&str]) -> String {
+    let out = Command::new("systemctl").args(args).output().unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+impl Bed for Host {
+    fn fresh(&mut self) -> PathBuf {
+        let root = Path::new("/");
+        systemctl(&["stop", "kubelet.service"]);
+        systemctl(&["reset-failed", "kubelet.service"]);
+        let now = self.tree(root);
+        // children sort after their directory: reversed, they go first
+        for (rel, e) in now.iter().rev() {
+            if !self.baseline.contains_key(rel) {
+                let p = root.join(rel);
+                let _ = if e.dir && !e.symlink {
+                    std::fs::remove_dir_all(p)
                 } else {
-                    std::fs::read(&p).unwrap()
+                    std::fs::remove_file(p)
                 };
-                out.insert(
-                    rel,
-                    Entry {
-                        dir: false,
-                        mode: m.permissions().mode() & 0o7777,
-                        content,
-                        label,
-                    },
-                );
             }
         }
+        for (rel, e) in &self.baseline {
+            assert!(
+                e.dir || now.get(rel) == Some(e),
+                "the campaign changed {}, which the node had before it",
+                rel.display()
+            );
+        }
+        let _ = std::fs::remove_dir_all("/run/nodectl");
+        std::fs::write(Host::STARTS, "").unwrap();
+        // systemd forgets the units the last trial installed, as on a node that never had them
+        systemctl(&["daemon-reload"]);
+        drop_bundle(root, "assets", &self.bundle);
+        root.to_path_buf()
     }
-    let mut out = Tree::new();
-    walk(root, root, &mut out);
-    out
-}
-
-fn xattr(p: &Path) -> Option<Vec<u8>> {
-    let mut buf = vec![0u8; 256];
-    let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
-    // SAFETY: valid NUL-terminated strings and a buffer of the given length.
-    let n = unsafe {
-        nix::libc::lgetxattr(
-            c.as_ptr(),
-            c"security.selinux".as_ptr(),
-            buf.as_mut_ptr().cast(),
-            buf.len(),
-        )
-    };
-    (n >= 0).then(|| buf[..n as usize].to_vec())
-}
-
-#[derive(Default)]
-struct Tally {
-    trials: usize,
-    converged: usize,
-    partial: Vec<String>,
-    mislabeled: Vec<String>,
-    wrong_mode: Vec<String>,
-}
-
-/// After a kill: what is there is complete, with its final mode (and label).
-fn check_killed(root: &Path, want: &Tree, t: &mut Tally, trial: &str) {
-    let have = tree(root);
-    for (rel, h) in &have {
-        let Some(w) = want.get(rel) else { continue };
-        if h.dir != w.dir || (!h.dir && h.content != w.content) {
-            t.partial.push(format!("{trial}: {}", rel.display()));
-        }
-        let closed_dir = h.dir && h.mode == 0o700;
-        if h.mode != w.mode && !closed_dir {
-            t.wrong_mode.push(format!(
-                "{trial}: {} {:o} (want {:o})",
-                rel.display(),
-                h.mode,
-                w.mode
-            ));
-        }
-        if h.label.is_some() && h.label != w.label {
-            t.mislabeled.push(format!("{trial}: {}", rel.display()));
+    fn tree(&self, root: &Path) -> Tree {
+        walk(root, Host::TOPS, &|_, _| true)
+    }
+    fn starts(&self, _: &Path) -> u64 {
+        std::fs::read_to_string(Host::STARTS)
+            .unwrap_or_default()
+            .lines()
+            .count() as u64
+    }
+    fn settled(&self) -> Result<(), String> {
+        match systemctl(&["is-active", "kubelet.service"]).as_str() {
+            "active" => Ok(()),
+            s => Err(format!("kubelet.service {s}")),
         }
     }
-    if let Err(e) = store_consistent(root) {
-        t.partial.push(format!("{trial}: credential store: {e}"));
-    }
 }
 
-/// The current link (if any) names a complete chain and key that match; every stored file is
-/// complete.
-fn store_consistent(root: &Path) -> Result<(), String> {
-    let dir = root.join(PKI);
-    let Ok(entries) = std::fs::read_dir(&dir) else {
-        return Ok(());
-    };
-    for e in entries {
-        let p = e.unwrap().path();
-        let name = p.file_name().unwrap().to_string_lossy().to_string();
-        if name.starts_with('.')
-            || std::fs::symlink_metadata(&p)
-                .unwrap()
-                .file_type()
-                .is_symlink()
-        {
-            continue;
-        }
-        if name.starts_with("kubelet-client-")
-            && name.ends_with(".pem")
-            && !name.ends_with("current.pem")
-        {
-            pair(&std::fs::read(&p).unwrap()).map_err(|e| format!("{name}: {e}"))?;
-        }
-    }
-    let current = dir.join("kubelet-client-current.pem");
-    if std::fs::symlink_metadata(&current).is_ok() {
-        let target = std::fs::read_link(&current).map_err(|e| e.to_string())?;
-        let real = root.join(target.strip_prefix("/").unwrap_or(&target));
-        let bytes =
-            std::fs::read(&real).map_err(|e| format!("current -> {}: {e}", target.display()))?;
-        pair(&bytes).map_err(|e| format!("current: {e}"))?;
-    }
-    Ok(())
-}
-
-/// A certificate and the private key of its public key.
-fn pair(pem: &[u8]) -> Result<(), String> {
-    const END: &str = "-----END CERTIFICATE-----";
-    let text = std::str::from_utf8(pem).map_err(|_| "not text")?;
-    let ce = text.find(END).ok_or("no complete certificate")? + END.len();
-    let (_, c) =
-        x509_parser::pem::parse_x509_pem(&text.as_bytes()[..ce]).map_err(|e| e.to_string())?;
-    let cert = c.parse_x509().map_err(|e| e.to_string())?;
-    let key = text[ce..].trim();
-    if !key.starts_with("-----BEGIN") || !key.contains("-----END") {
-        return Err("no complete key".into());
-    }
-    let key = rcgen::KeyPair::from_pem(key).map_err(|e| format!("key: {e}"))?;
-    if key.public_key_raw() != &cert.public_key().subject_public_key.data[..] {
-        return Err("the key is not the certificate's".into());
-    }
-    Ok(())
-}
-
-fn fresh(bundle: &str) -> tempfile::TempDir {
-    let d = controller_root();
-    drop_bundle(d.path(), "assets", bundle);
-    d
+fn nodectl() -> Command {
+    // NODECTL_BIN: the binary with crash points where this test runs apart from its build
+    // (tests/nspawn/crash.sh)
+    Command::new(
+        std::env::var_os("NODECTL_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_nodectl").into()),
+    )
 }
 
 fn apply(root: &Path, failpoints: Option<&str>) -> std::process::Output {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_nodectl"));
+    let mut c = nodectl();
     c.arg("--root").arg(root).arg("apply");
     match failpoints {
         Some(f) => c.env("FAILPOINTS", f),
@@ -233,110 +200,152 @@ fn apply(root: &Path, failpoints: Option<&str>) -> std::process::Output {
     c.output().unwrap()
 }
 
-/// The next pass converges to the finished node, kubelet started once at most.
-fn recovers(root: &Path, want: &Tree, t: &mut Tally, trial: &str) {
+/// What a pass that is not killed leaves, and kubelet's starts in it.
+struct Reference {
+    want: Tree,
+    starts: u64,
+    pass: Duration,
+}
+
+fn compared_tree(bed: &dyn Bed, root: &Path) -> Tree {
+    let mut t = bed.tree(root);
+    t.retain(|rel, _| compared(rel, &rel.file_name().unwrap().to_string_lossy()));
+    t
+}
+
+/// After a kill: nothing partial; then the next passes converge to the reference node, leave
+/// no temp file, and kubelet started no more often than in the reference.
+fn trial(bed: &dyn Bed, root: &Path, r: &Reference, t: &mut Tally, name: &str) {
+    t.trials += 1;
+    check_killed(root, &compared_tree(bed, root), &r.want, t, name);
     let out = apply(root, None);
     let again = apply(root, None);
+    let have = compared_tree(bed, root);
+    let temps: Vec<_> = bed
+        .tree(root)
+        .into_keys()
+        .filter(|k| is_temp(&k.file_name().unwrap().to_string_lossy()))
+        .collect();
+    let starts = bed.starts(root);
+    let settled = bed.settled();
     let ok = out.status.success()
         && again.status.success()
-        && tree(root) == *want
-        && store_consistent(root).is_ok();
-    let starts = calls(root)["start"].as_u64().unwrap_or(0);
-    if ok && starts <= 1 {
+        && have == r.want
+        && temps.is_empty()
+        && store_consistent(root).is_ok()
+        && settled.is_ok();
+    if ok && starts <= r.starts {
         t.converged += 1;
     } else {
-        let diff: Vec<String> = tree(root)
+        let diff: Vec<String> = have
             .iter()
-            .filter(|(k, v)| want.get(*k) != Some(v))
+            .filter(|(k, v)| r.want.get(*k) != Some(v))
             .map(|(k, _)| k.display().to_string())
+            .chain(
+                r.want
+                    .keys()
+                    .filter(|k| !have.contains_key(*k))
+                    .map(|k| format!("missing {}", k.display())),
+            )
             .take(5)
             .collect();
         eprintln!(
-            "{trial}: not converged (exit {:?}, starts {starts}, differs: {diff:?}): {}",
+            "{name}: not converged (exit {:?}, starts {starts} of at most {}, {settled:?}, temp files {temps:?}, differs: {diff:?}): {}",
             out.status.code(),
+            r.starts,
             String::from_utf8_lossy(&out.stdout)
         );
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_pass_killed_anywhere_leaves_nothing_partial_and_the_next_converges() {
-    let api = nodectl_apiserver_double::Double::start(Default::default())
-        .await
-        .unwrap();
-    let bundle = controller_bundle(api.bootstrap_kubeconfig(common::TOKEN).trim_end());
-    let reference = fresh(&bundle);
+fn reference(bed: &mut dyn Bed) -> Reference {
+    let root = bed.fresh();
     let start = Instant::now();
-    let out = tokio::task::spawn_blocking({
-        let r = reference.path().to_path_buf();
-        move || apply(&r, None)
-    })
-    .await
-    .unwrap();
+    let out = apply(&root, None);
+    let pass = start.elapsed();
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stdout)
     );
-    let pass = start.elapsed();
-    let want = tree(reference.path());
+    let want = compared_tree(bed, &root);
     assert!(
         want.contains_key(Path::new("etc/kubernetes/pki/ca.key")),
         "{want:?}"
     );
-    store_consistent(reference.path()).unwrap();
+    store_consistent(&root).unwrap();
+    bed.settled().unwrap();
+    let starts = bed.starts(&root);
+    assert!(
+        starts >= 1,
+        "the reference pass started kubelet {starts} times"
+    );
+    eprintln!("reference pass: {pass:?}, kubelet started {starts} time(s)");
+    Reference { want, starts, pass }
+}
 
-    let t = tokio::task::spawn_blocking(move || {
-        let mut t = Tally::default();
-        // every hit of every crash point
-        for point in POINTS {
-            for k in 0.. {
-                let d = fresh(&bundle);
-                let trial = format!("{point} hit {}", k + 1);
-                let out = apply(d.path(), Some(&format!("{point}={k}*off->return")));
-                if out.status.success() {
-                    break; // the pass ended before hit k+1: this point is done
-                }
-                t.trials += 1;
-                check_killed(d.path(), &want, &mut t, &trial);
-                recovers(d.path(), &want, &mut t, &trial);
+/// Every hit of every crash point, then SIGKILLs at random instants up to CRASH_TRIALS
+/// (at least [`MIN_TRIALS`] in all and 100 random ones).
+fn campaign(bed: &mut dyn Bed) -> Tally {
+    let r = reference(bed);
+    let mut t = Tally::default();
+    let mut hits = Vec::new();
+    for point in POINTS {
+        for k in 0.. {
+            let root = bed.fresh();
+            let out = apply(&root, Some(&format!("{point}={k}*off->return")));
+            if out.status.success() {
+                hits.push(format!("{point} {k}"));
+                break; // the pass ended before hit k+1: this point is done
             }
+            trial(bed, &root, &r, &mut t, &format!("{point} hit {}", k + 1));
         }
-        // SIGKILL at random instants of a pass
-        let deterministic = t.trials;
-        // CRASH_TRIALS: a longer campaign (docs/testing.md); CI runs the minimum.
-        let trials: usize = std::env::var("CRASH_TRIALS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(MIN_TRIALS);
-        while t.trials < (deterministic + 100).max(trials) {
-            let d = fresh(&bundle);
-            let at = Duration::from_micros(
-                (nodectl::util::jitter() * pass.as_micros() as f64 * 1.2) as u64,
-            );
-            let mut child = Command::new(env!("CARGO_BIN_EXE_nodectl"))
-                .arg("--root")
-                .arg(d.path())
-                .arg("apply")
-                .stdout(std::process::Stdio::null())
-                .spawn()
-                .unwrap();
-            std::thread::sleep(at);
-            let _ = child.kill();
-            let _ = child.wait();
-            let trial = format!("SIGKILL at {at:?}");
-            t.trials += 1;
-            check_killed(d.path(), &want, &mut t, &trial);
-            recovers(d.path(), &want, &mut t, &trial);
-        }
-        eprintln!(
-            "{deterministic} trials at crash points, {} at random instants",
-            t.trials - deterministic
+    }
+    eprintln!("hits per crash point in a pass: {}", hits.join(", "));
+    let deterministic = t.trials;
+    // (a nodectl built without crash points never aborts: every point would count 0)
+    for point in [
+        "fsio::rename",
+        "store::switched",
+        "csr::created",
+        "systemd::enable",
+    ] {
+        assert!(
+            !hits.contains(&format!("{point} 0")),
+            "{point} was never hit: is {:?} built with feature failpoints?",
+            nodectl().get_program()
         );
-        t
-    })
-    .await
-    .unwrap();
+    }
+    // CRASH_TRIALS: a longer campaign (docs/testing.md); CI runs the minimum.
+    let trials: usize = std::env::var("CRASH_TRIALS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(MIN_TRIALS);
+    while t.trials < (deterministic + 100).max(trials) {
+        let root = bed.fresh();
+        let at = Duration::from_micros(
+            (nodectl::util::jitter() * r.pass.as_micros() as f64 * 1.2) as u64,
+        );
+        let mut child = nodectl()
+            .arg("--root")
+            .arg(&root)
+            .arg("apply")
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(at);
+        let _ = child.kill();
+        let _ = child.wait();
+        trial(bed, &root, &r, &mut t, &format!("SIGKILL at {at:?}"));
+    }
+    eprintln!(
+        "{deterministic} trials at crash points, {} at random instants",
+        t.trials - deterministic
+    );
+    t
+}
+
+fn report(t: &Tally) {
     println!(
         "trials {}, converged {}, partial {}, mislabeled {}, wrong mode {}",
         t.trials,
@@ -357,4 +366,40 @@ async fn a_pass_killed_anywhere_leaves_nothing_partial_and_the_next_converges() 
     assert!(t.trials >= MIN_TRIALS, "{} trials", t.trials);
     assert_eq!(t.converged, t.trials);
     assert!(t.partial.is_empty() && t.mislabeled.is_empty() && t.wrong_mode.is_empty());
+}
+
+async fn bundle() -> (nodectl_apiserver_double::Double, String) {
+    let api = nodectl_apiserver_double::Double::start(Default::default())
+        .await
+        .unwrap();
+    let bundle = controller_bundle(api.bootstrap_kubeconfig(common::TOKEN).trim_end());
+    (api, bundle)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pass_killed_anywhere_leaves_nothing_partial_and_the_next_converges() {
+    let (_api, bundle) = bundle().await;
+    let mut bed = Scratch {
+        bundle,
+        current: None,
+    };
+    let t = tokio::task::spawn_blocking(move || campaign(&mut bed))
+        .await
+        .unwrap();
+    report(&t);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "changes this host's /etc, /opt and /var/lib: tests/nspawn/crash.sh runs it in systemd-nspawn"]
+async fn on_real_systemd_a_pass_killed_anywhere_leaves_nothing_partial_and_the_next_converges() {
+    assert!(
+        std::env::var_os("NODECTL_CRASH_HOST").is_some()
+            && Path::new("/run/systemd/container").exists(),
+        "runs only inside a container with NODECTL_CRASH_HOST=1 (tests/nspawn/crash.sh)"
+    );
+    let (_api, bundle) = bundle().await;
+    let t = tokio::task::spawn_blocking(move || campaign(&mut Host::new(bundle)))
+        .await
+        .unwrap();
+    report(&t);
 }

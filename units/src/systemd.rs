@@ -41,6 +41,19 @@ pub enum SystemdError {
 
 type Result<T> = std::result::Result<T, SystemdError>;
 
+/// A crash point after a call systemd has carried out (feature `failpoints`: the crash
+/// campaign aborts the process here, the reply read and nothing yet recorded of it).
+#[cfg(feature = "failpoints")]
+macro_rules! crash_point {
+    ($name:literal) => {
+        fail::fail_point!($name, |_| { std::process::abort() })
+    };
+}
+#[cfg(not(feature = "failpoints"))]
+macro_rules! crash_point {
+    ($name:literal) => {};
+}
+
 fn bus(context: impl Into<String>) -> impl FnOnce(zbus::Error) -> SystemdError {
     let context = context.into();
     move |source| SystemdError::Bus { context, source }
@@ -592,44 +605,64 @@ impl Systemd {
     }
 
     pub async fn reload(&self) -> Result<()> {
-        match self {
+        let r = match self {
             Systemd::Bus(c) => c.reload().await,
             Systemd::Offline(o) => o.update(|s| s.calls.reload += 1),
+        };
+        if r.is_ok() {
+            crash_point!("systemd::reload");
         }
+        r
     }
 
     pub async fn start(&self, unit: &str) -> Result<()> {
-        match self {
+        let r = match self {
             Systemd::Bus(c) => c.start(unit).await,
             Systemd::Offline(o) => o.set_active(unit, true, |c| &mut c.start),
+        };
+        if r.is_ok() {
+            crash_point!("systemd::start");
         }
+        r
     }
 
     pub async fn restart(&self, unit: &str) -> Result<()> {
-        match self {
+        let r = match self {
             Systemd::Bus(c) => c.restart(unit).await,
             Systemd::Offline(o) => o.set_active(unit, true, |c| &mut c.restart),
+        };
+        if r.is_ok() {
+            crash_point!("systemd::restart");
         }
+        r
     }
 
     /// See [`Client::queue`]; offline the same as [`Self::start`] / [`Self::restart`].
     pub async fn queue(&self, unit: &str, restart: bool) -> Result<()> {
-        match (self, restart) {
+        let r = match (self, restart) {
             (Systemd::Bus(c), _) => c.queue(unit, restart).await,
             (Systemd::Offline(o), false) => o.set_active(unit, true, |c| &mut c.start),
             (Systemd::Offline(o), true) => o.set_active(unit, true, |c| &mut c.restart),
+        };
+        if r.is_ok() {
+            crash_point!("systemd::queue");
         }
+        r
     }
 
     pub async fn stop(&self, unit: &str) -> Result<()> {
-        match self {
+        let r = match self {
             Systemd::Bus(c) => c.stop(unit).await,
             Systemd::Offline(o) => o.set_active(unit, false, |c| &mut c.stop),
+        };
+        if r.is_ok() {
+            crash_point!("systemd::stop");
         }
+        r
     }
 
     pub async fn enable(&self, units: &[String]) -> Result<()> {
-        match self {
+        let r = match self {
             Systemd::Bus(c) => c.enable(units).await,
             Systemd::Offline(o) => o.update(|s| {
                 s.calls.enable += 1;
@@ -640,7 +673,11 @@ impl Systemd {
                         .unit_file = "enabled".into();
                 }
             }),
+        };
+        if r.is_ok() {
+            crash_point!("systemd::enable");
         }
+        r
     }
 
     pub async fn state(&self, unit: &str) -> Result<UnitState> {

@@ -128,7 +128,9 @@ pub fn store(
         content.push(b'\n');
     }
     content.extend_from_slice(key_pem.as_bytes());
-    w.write(&private(w, FileSpec::new(dir.join(&name), content, 0o600)))?;
+    // A crash while writing an earlier one left its temp file under another timestamp.
+    let spec = FileSpec::new(dir.join(&name), content, 0o600).sweeping("kubelet-client-");
+    w.write(&private(w, spec))?;
     crate::util::crash_point!("store::stored");
     let real_dir = w.root().path(dir);
     let tmp = real_dir.join(format!(".{CURRENT}.nodectl-new"));
@@ -278,5 +280,28 @@ mod tests {
             std::fs::metadata(f).unwrap().permissions().mode() & 0o777,
             0o600
         );
+    }
+
+    /// A crash while a certificate was being stored left a temp copy of the chain and key under
+    /// that pass's timestamp; the next store (another timestamp) removes it, and only temp
+    /// files of the store's own (not kubelet's files, not other temp files).
+    /// (Found by the crash campaign on real systemd, where the retry lands a second later.)
+    #[test]
+    fn a_store_removes_what_a_crash_left_of_an_earlier_store() {
+        let (_d, root, l) = setup();
+        let w = Writer::new(&root, &l);
+        let (key, _) = pending_key(&w).unwrap();
+        let dir = root.path(CERT_DIR);
+        let stale = dir.join(".kubelet-client-2026-11-30-00-53-19.pem.nodectl-Ab12Cd");
+        let kubelets = dir.join("kubelet-client-2026-11-29-00-00-00.pem");
+        let other = dir.join(".kubelet.crt.nodectl-Zz99Yy");
+        for f in [&stale, &kubelets, &other] {
+            std::fs::write(f, "half a key").unwrap();
+        }
+        let (chain, _) = cert_pem(3);
+        let t0 = UNIX_EPOCH + Duration::from_secs(1_796_000_000);
+        store(&w, chain.as_bytes(), &key.serialize_pem(), t0).unwrap();
+        assert!(!stale.exists());
+        assert!(kubelets.exists() && other.exists());
     }
 }

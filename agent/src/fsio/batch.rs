@@ -160,7 +160,7 @@ impl Writer<'_> {
         }
         let dir = at.dir_via();
         let name = spec.path.file_name().unwrap_or_default().to_string_lossy();
-        sweep_temps(&dir, &name);
+        sweep_temps(&dir, &name, spec.temps_of.as_deref());
         // Born with its final label (setfscreatecon), then owner and mode, all before the first
         // byte of content.
         let tmp = self
@@ -249,17 +249,23 @@ fn sync_staged(staged: &[Staged]) -> Result<(), WriteError> {
 
 /// Removes what a crash left of an earlier write of `name` in `dir` (the held directory): temp
 /// files `.<name>.nodectl-XXXXXX` that were never renamed (complete or not, with the final mode,
-/// owner and label, but a stale copy of a key is still a copy). Regular files only, never
-/// followed. A second writer of the same file at the same instant (nodectl apply next to
-/// nodectld) loses its temp file and fails its rename; its next pass writes again.
-fn sweep_temps(dir: &Path, name: &str) {
-    let stale = format!(".{name}.nodectl-");
+/// owner and label, but a stale copy of a key is still a copy); with `family`, those of every
+/// `<family>...` file (FileSpec::temps_of). Regular files only, never followed. A second
+/// writer of the same file at the same instant (nodectl apply next to nodectld) loses its temp
+/// file and fails its rename; its next pass writes again.
+fn sweep_temps(dir: &Path, name: &str, family: Option<&str>) {
+    let stale = match family {
+        Some(prefix) => format!(".{prefix}"),
+        None => format!(".{name}.nodectl-"),
+    };
     for e in fs::read_dir(dir).into_iter().flatten().flatten() {
         let n = e.file_name();
+        let n = n.to_string_lossy();
         let is_file = e.file_type().is_ok_and(|t| t.is_file());
         if is_file
-            && n.to_string_lossy().starts_with(&stale)
-            && !n.to_string_lossy().contains(".nodectl-dir-")
+            && n.starts_with(&stale)
+            && n.contains(".nodectl-")
+            && !n.contains(".nodectl-dir-")
         {
             let _ = fs::remove_file(e.path());
         }

@@ -38,6 +38,11 @@ pub struct FileSpec {
     pub gid: u32,
     /// `None`: the policy's default for the path (what restorecon would set).
     pub label: Option<Context>,
+    /// Whose temp files a crash may have left that this write removes first: `None`, this
+    /// file's; `Some(prefix)`, those of every file in the directory whose name starts with
+    /// `prefix` (a family whose names change from write to write, as the credential store's
+    /// timestamped files: a crash's temp file has another name than the next write's).
+    pub temps_of: Option<String>,
 }
 
 impl FileSpec {
@@ -50,12 +55,19 @@ impl FileSpec {
             uid: 0,
             gid: 0,
             label: None,
+            temps_of: None,
         }
     }
 
     /// Uses this SELinux label instead of the policy's default.
     pub fn label(mut self, ctx: Context) -> Self {
         self.label = Some(ctx);
+        self
+    }
+
+    /// Removes the temp files of every file named `prefix...` first (see [`FileSpec::temps_of`]).
+    pub fn sweeping(mut self, prefix: &str) -> Self {
+        self.temps_of = Some(prefix.into());
         self
     }
 }

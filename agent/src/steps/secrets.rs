@@ -97,6 +97,7 @@ impl Secrets {
                 uid,
                 gid,
                 label: f.label,
+                temps_of: None,
             });
         }
         Ok(set)
