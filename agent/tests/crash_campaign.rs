@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 
 mod common;
 mod crash;
-use common::{calls, controller_bundle, controller_root, drop_bundle};
+use common::{controller_bundle, controller_root, drop_bundle};
 use crash::{check_killed, compared, is_temp, store_consistent, walk, Tally, Tree};
 
 const POINTS: &[&str] = &[
@@ -96,7 +96,11 @@ impl Bed for Scratch {
         walk(root, &[""], &|rel, _| !rel.starts_with("run"))
     }
     fn starts(&self, root: &Path) -> u64 {
-        calls(root)["start"].as_u64().unwrap_or(0)
+        let Ok(t) = std::fs::read_to_string(root.join("run/nodectl/offline-systemd.json")) else {
+            return 0; // no call yet
+        };
+        let v: serde_json::Value = serde_json::from_str(&t).unwrap();
+        v["started"]["kubelet.service"].as_u64().unwrap_or(0)
     }
 }
 
@@ -174,11 +178,45 @@ impl Bed for Host {
             .lines()
             .count() as u64
     }
+    /// kubelet runs, and each boot-time oneshot ran (its conditions checked: in a container
+    /// they skip it) after nodectld last wrote its file.
     fn settled(&self) -> Result<(), String> {
         match systemctl(&["is-active", "kubelet.service"]).as_str() {
-            "active" => Ok(()),
-            s => Err(format!("kubelet.service {s}")),
+            "active" => {}
+            s => return Err(format!("kubelet.service {s}")),
         }
+        for (file, unit) in [
+            (
+                "/etc/sysctl.d/50-nodectl.conf",
+                "systemd_2dsysctl_2eservice",
+            ),
+            (
+                "/etc/modules-load.d/nodectl.conf",
+                "systemd_2dmodules_2dload_2eservice",
+            ),
+        ] {
+            let written = std::fs::metadata(file)
+                .and_then(|m| m.modified())
+                .map_err(|e| format!("{file}: {e}"))?;
+            let out = Command::new("busctl")
+                .args(["get-property", "org.freedesktop.systemd1"])
+                .arg(format!("/org/freedesktop/systemd1/unit/{unit}"))
+                .args(["org.freedesktop.systemd1.Unit", "ConditionTimestamp"])
+                .output()
+                .unwrap();
+            // "t <µs since the epoch>"
+            let text = String::from_utf8_lossy(&out.stdout);
+            let ran = text
+                .trim()
+                .strip_prefix("t ")
+                .and_then(|us| us.parse::<u64>().ok())
+                .map(|us| std::time::UNIX_EPOCH + Duration::from_micros(us))
+                .ok_or_else(|| format!("{unit}: ConditionTimestamp {text:?}"))?;
+            if ran < written {
+                return Err(format!("{unit} did not run after {file} was written"));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -202,6 +240,8 @@ fn apply(root: &Path, failpoints: Option<&str>) -> std::process::Output {
 
 /// What a pass that is not killed leaves, and kubelet's starts in it.
 struct Reference {
+    /// The node before the pass (what a kill may also leave).
+    old: Tree,
     want: Tree,
     starts: u64,
     pass: Duration,
@@ -215,9 +255,10 @@ fn compared_tree(bed: &dyn Bed, root: &Path) -> Tree {
 
 /// After a kill: nothing partial; then the next passes converge to the reference node, leave
 /// no temp file, and kubelet started no more often than in the reference.
-fn trial(bed: &dyn Bed, root: &Path, r: &Reference, t: &mut Tally, name: &str) {
+fn trial(bed: &dyn Bed, (root, before): (&Path, u64), r: &Reference, t: &mut Tally, name: &str) {
     t.trials += 1;
-    check_killed(root, &compared_tree(bed, root), &r.want, t, name);
+    let have = compared_tree(bed, root);
+    check_killed(root, (&have, &r.old, &r.want), t, name);
     let out = apply(root, None);
     let again = apply(root, None);
     let have = compared_tree(bed, root);
@@ -226,7 +267,7 @@ fn trial(bed: &dyn Bed, root: &Path, r: &Reference, t: &mut Tally, name: &str) {
         .into_keys()
         .filter(|k| is_temp(&k.file_name().unwrap().to_string_lossy()))
         .collect();
-    let starts = bed.starts(root);
+    let starts = bed.starts(root) - before;
     let settled = bed.settled();
     let ok = out.status.success()
         && again.status.success()
@@ -258,8 +299,39 @@ fn trial(bed: &dyn Bed, root: &Path, r: &Reference, t: &mut Tally, name: &str) {
     }
 }
 
-fn reference(bed: &mut dyn Bed) -> Reference {
+/// What a trial starts from and the change its pass makes.
+#[derive(Clone, Copy, Debug)]
+enum Scenario {
+    /// A fresh node, the controller's bundle in its inbox.
+    Fresh,
+    /// That node converged, then the operator changes kubelet's image: the drop-in is
+    /// rewritten, systemd reloaded, kubelet restarted.
+    ImageChange,
+}
+
+/// A node ready for the scenario's pass: its root and kubelet's starts so far.
+fn prepare(bed: &mut dyn Bed, s: Scenario) -> (PathBuf, u64) {
     let root = bed.fresh();
+    if let Scenario::ImageChange = s {
+        let out = apply(&root, None);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        std::fs::write(
+            root.join("etc/nodectl/config.d/20-image.toml"),
+            "[kubelet]\nimage = \"quay.io/poseidon/kubelet:v1.36.2\"\n",
+        )
+        .unwrap();
+    }
+    let before = bed.starts(&root);
+    (root, before)
+}
+
+fn reference(bed: &mut dyn Bed, s: Scenario) -> Reference {
+    let (root, before) = prepare(bed, s);
+    let old = compared_tree(bed, &root);
     let start = Instant::now();
     let out = apply(&root, None);
     let pass = start.elapsed();
@@ -275,54 +347,42 @@ fn reference(bed: &mut dyn Bed) -> Reference {
     );
     store_consistent(&root).unwrap();
     bed.settled().unwrap();
-    let starts = bed.starts(&root);
-    assert!(
-        starts >= 1,
-        "the reference pass started kubelet {starts} times"
+    let starts = bed.starts(&root) - before;
+    assert_eq!(
+        starts, 1,
+        "{s:?}: the reference pass started kubelet {starts} times"
     );
-    eprintln!("reference pass: {pass:?}, kubelet started {starts} time(s)");
-    Reference { want, starts, pass }
+    eprintln!("{s:?}: reference pass {pass:?}, kubelet started {starts} time(s)");
+    Reference {
+        old,
+        want,
+        starts,
+        pass,
+    }
 }
 
-/// Every hit of every crash point, then SIGKILLs at random instants up to CRASH_TRIALS
-/// (at least [`MIN_TRIALS`] in all and 100 random ones).
-fn campaign(bed: &mut dyn Bed) -> Tally {
-    let r = reference(bed);
-    let mut t = Tally::default();
+/// Every hit of every crash point, then SIGKILLs at random instants up to `random` trials.
+fn scenario(bed: &mut dyn Bed, s: Scenario, t: &mut Tally, random: impl Fn(usize) -> usize) {
+    let r = reference(bed, s);
+    let first = t.trials;
     let mut hits = Vec::new();
     for point in POINTS {
         for k in 0.. {
-            let root = bed.fresh();
+            let (root, before) = prepare(bed, s);
             let out = apply(&root, Some(&format!("{point}={k}*off->return")));
             if out.status.success() {
                 hits.push(format!("{point} {k}"));
                 break; // the pass ended before hit k+1: this point is done
             }
-            trial(bed, &root, &r, &mut t, &format!("{point} hit {}", k + 1));
+            let name = format!("{s:?}: {point} hit {}", k + 1);
+            trial(bed, (&root, before), &r, t, &name);
         }
     }
-    eprintln!("hits per crash point in a pass: {}", hits.join(", "));
-    let deterministic = t.trials;
-    // (a nodectl built without crash points never aborts: every point would count 0)
-    for point in [
-        "fsio::rename",
-        "store::switched",
-        "csr::created",
-        "systemd::enable",
-    ] {
-        assert!(
-            !hits.contains(&format!("{point} 0")),
-            "{point} was never hit: is {:?} built with feature failpoints?",
-            nodectl().get_program()
-        );
-    }
-    // CRASH_TRIALS: a longer campaign (docs/testing.md); CI runs the minimum.
-    let trials: usize = std::env::var("CRASH_TRIALS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(MIN_TRIALS);
-    while t.trials < (deterministic + 100).max(trials) {
-        let root = bed.fresh();
+    eprintln!("{s:?}: hits per crash point in a pass: {}", hits.join(", "));
+    let deterministic = t.trials - first;
+    let random = random(t.trials);
+    for _ in 0..random {
+        let (root, before) = prepare(bed, s);
         let at = Duration::from_micros(
             (nodectl::util::jitter() * r.pass.as_micros() as f64 * 1.2) as u64,
         );
@@ -336,12 +396,45 @@ fn campaign(bed: &mut dyn Bed) -> Tally {
         std::thread::sleep(at);
         let _ = child.kill();
         let _ = child.wait();
-        trial(bed, &root, &r, &mut t, &format!("SIGKILL at {at:?}"));
+        trial(
+            bed,
+            (&root, before),
+            &r,
+            t,
+            &format!("{s:?}: SIGKILL at {at:?}"),
+        );
     }
-    eprintln!(
-        "{deterministic} trials at crash points, {} at random instants",
-        t.trials - deterministic
-    );
+    eprintln!("{s:?}: {deterministic} trials at crash points, {random} at random instants");
+    if let Scenario::Fresh = s {
+        // (a nodectl built without crash points never aborts: every point would count 0)
+        for point in [
+            "fsio::rename",
+            "store::switched",
+            "csr::created",
+            "systemd::enable",
+        ] {
+            assert!(
+                !hits.contains(&format!("{point} 0")),
+                "{point} was never hit: is {:?} built with feature failpoints?",
+                nodectl().get_program()
+            );
+        }
+    }
+}
+
+/// Both scenarios: at least [`MIN_TRIALS`] trials in all (CRASH_TRIALS for more), 50 random
+/// kills in the image change and at least 100 in the fresh node's pass.
+fn campaign(bed: &mut dyn Bed) -> Tally {
+    let mut t = Tally::default();
+    scenario(bed, Scenario::ImageChange, &mut t, |_| 50);
+    // CRASH_TRIALS: a longer campaign (docs/testing.md); CI runs the minimum.
+    let trials: usize = std::env::var("CRASH_TRIALS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(MIN_TRIALS);
+    scenario(bed, Scenario::Fresh, &mut t, |done| {
+        trials.saturating_sub(done).max(100)
+    });
     t
 }
 

@@ -445,6 +445,17 @@ impl Client {
         Ok(env_lookup(&env, name))
     }
 
+    /// When the unit last left the inactive state (its latest start or restart began:
+    /// `InactiveExitTimestamp`, CLOCK_REALTIME); `None` when it never did.
+    pub async fn started_at(&self, unit: &str) -> Result<Option<std::time::SystemTime>> {
+        let (proxy, _) = self.unit_proxy(unit).await?;
+        let usec = proxy
+            .inactive_exit_timestamp()
+            .await
+            .map_err(bus(format!("{unit}.InactiveExitTimestamp")))?;
+        Ok((usec > 0).then(|| std::time::UNIX_EPOCH + Duration::from_micros(usec)))
+    }
+
     /// Waits, by PropertiesChanged signals (no polling), until `pred` holds for the unit's state.
     pub async fn wait_for<F>(&self, unit: &str, timeout: Duration, pred: F) -> Result<UnitState>
     where
@@ -520,6 +531,12 @@ pub struct Offline {
 struct OfflineState {
     units: BTreeMap<String, UnitState>,
     calls: CallCounts,
+    /// Per unit, how often it was started or restarted (what systemd would run ExecStart for).
+    #[serde(default)]
+    started: BTreeMap<String, u32>,
+    /// Per unit, when it was last started or restarted (microseconds since the epoch).
+    #[serde(default)]
+    started_at: BTreeMap<String, u64>,
 }
 
 impl Offline {
@@ -568,6 +585,14 @@ impl Offline {
     ) -> Result<()> {
         self.update(|s| {
             *counter(&mut s.calls) += 1;
+            if active {
+                *s.started.entry(unit.to_string()).or_default() += 1;
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap_or_default();
+                s.started_at
+                    .insert(unit.to_string(), now.as_micros() as u64);
+            }
             let u = s
                 .units
                 .entry(unit.to_string())
@@ -703,6 +728,18 @@ impl Systemd {
         match self {
             Systemd::Bus(c) => c.brief(unit, unit_file).await,
             Systemd::Offline(_) => self.state(unit).await,
+        }
+    }
+
+    /// See [`Client::started_at`]; offline, the time of the last start or restart recorded.
+    pub async fn started_at(&self, unit: &str) -> Result<Option<std::time::SystemTime>> {
+        match self {
+            Systemd::Bus(c) => c.started_at(unit).await,
+            Systemd::Offline(o) => Ok(o
+                .load()?
+                .started_at
+                .get(unit)
+                .map(|us| std::time::UNIX_EPOCH + Duration::from_micros(*us))),
         }
     }
 

@@ -1,12 +1,19 @@
 //! What the steps share about kubelet: its files, the restart marker, starting it.
 
+use std::path::Path;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::Context as _;
 use nodectl_units::kubelet;
 
 use crate::engine::Cx;
+use crate::fsio::FileSpec;
 
 pub(crate) const SYSTEMD_DIR: &str = "/etc/systemd/system";
-/// Written before kubelet's definition changes and removed once kubelet was restarted on it, so
-/// a crash between the two still restarts kubelet on the next pass.
+/// Written (`pending`) before kubelet's definition or inputs change, rewritten (`ready <time>`)
+/// once they are all in place, just before the restart, and removed after it: a crash before
+/// the restart still restarts kubelet on the next pass, and a crash after it does not restart
+/// kubelet twice (it started after the `ready` time). See [`restart_pending`].
 pub(crate) const RESTART_MARKER: &str = "/run/nodectl/kubelet.restart-pending";
 pub(crate) const MANAGED_HEADER: &str = "# Managed by nodectl";
 pub(crate) const KUBELET_YAML: &str = "/etc/kubernetes/kubelet.yaml";
@@ -37,6 +44,82 @@ pub(crate) async fn start_kubelet(cx: &Cx, restart: bool) -> anyhow::Result<()> 
         cx.systemd.restart(kubelet::KUBELET_UNIT).await?;
     } else {
         cx.systemd.start(kubelet::KUBELET_UNIT).await?;
+    }
+    Ok(())
+}
+
+/// What the restart marker still asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Pending {
+    /// No marker.
+    Nothing,
+    /// Written before the change: systemd may not have the new definition yet (reload), and
+    /// kubelet was not restarted on it.
+    Reload,
+    /// Everything was in place; kubelet has not started since.
+    Restart,
+    /// kubelet (re)started after everything was in place, before a crash kept the marker:
+    /// only the marker is left to remove.
+    Done,
+}
+
+/// Records that kubelet must be restarted on what is about to change.
+pub(crate) fn mark_restart(cx: &Cx) -> anyhow::Result<()> {
+    cx.writer()
+        .write(&FileSpec::new(RESTART_MARKER, "pending\n", 0o600))
+        .context("recording the pending kubelet restart")?;
+    Ok(())
+}
+
+/// What the marker asks for: its content, and for `ready <µs>`, kubelet's last start time.
+pub(crate) async fn restart_pending(cx: &Cx) -> anyhow::Result<Pending> {
+    // (written by nodectld only: 0600 root in /run/nodectl; anything unreadable is `pending`)
+    let text = match std::fs::read_to_string(cx.root.path(RESTART_MARKER)) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Pending::Nothing),
+        Err(_) => return Ok(Pending::Reload),
+    };
+    let Some(ready) = text
+        .trim()
+        .strip_prefix("ready ")
+        .and_then(|us| us.parse::<u64>().ok())
+    else {
+        return Ok(Pending::Reload);
+    };
+    let ready = UNIX_EPOCH + Duration::from_micros(ready);
+    let started = cx.systemd.started_at(kubelet::KUBELET_UNIT).await?;
+    Ok(match started {
+        Some(t) if t >= ready => Pending::Done,
+        _ => Pending::Restart,
+    })
+}
+
+/// Ends what the marker asks for: unless kubelet already started on the new definition, the
+/// marker says `ready` with the time, then a running kubelet (`up`) is restarted; the marker is
+/// removed when `remove` (not while a certificate request may still write it).
+pub(crate) async fn finish_restart(cx: &Cx, up: bool, remove: bool) -> anyhow::Result<()> {
+    match restart_pending(cx).await? {
+        Pending::Nothing => return Ok(()),
+        Pending::Done => {}
+        Pending::Reload | Pending::Restart => {
+            if up {
+                let now = SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .unwrap_or_default()
+                    .as_micros();
+                cx.writer()
+                    .write(&FileSpec::new(
+                        RESTART_MARKER,
+                        format!("ready {now}\n"),
+                        0o600,
+                    ))
+                    .context("recording the pending kubelet restart")?;
+                start_kubelet(cx, true).await?;
+            }
+        }
+    }
+    if remove {
+        cx.writer().remove(Path::new(RESTART_MARKER))?;
     }
     Ok(())
 }

@@ -2,9 +2,8 @@
 //! when a unit file systemd has loaded changed (none on a fresh node); a restart when kubelet's
 //! definition changed while it runs.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-use anyhow::Context as _;
 use futures_util::future::BoxFuture;
 use futures_util::FutureExt;
 use nodectl_units::kubelet::{self, KubeletSpec};
@@ -92,18 +91,26 @@ impl Step for KubeletUnit {
         async move {
             let mut changes = Self::set(cx).changes(cx)?;
             let state = cx.systemd.brief(kubelet::KUBELET_UNIT, true).await?;
-            let marker = cx.root.path(RESTART_MARKER).exists();
-            if (!changes.is_empty() && needs_reload(&state)) || marker {
+            let pending = restart_pending(cx).await?;
+            let reload =
+                (!changes.is_empty() && needs_reload(&state)) || pending == Pending::Reload;
+            if reload {
                 changes.push(Change::new(
                     "reload systemd",
                     "kubelet's unit files changed",
                 ));
-                if kubelet_is_up(&state.active) {
-                    changes.push(Change::new(
-                        "restart kubelet.service",
-                        "its definition changed while it runs",
-                    ));
-                }
+            }
+            if (reload || pending == Pending::Restart) && kubelet_is_up(&state.active) {
+                changes.push(Change::new(
+                    "restart kubelet.service",
+                    "its definition changed while it runs",
+                ));
+            }
+            if pending == Pending::Done {
+                changes.push(Change::new(
+                    format!("remove {RESTART_MARKER}"),
+                    "kubelet was restarted on its new definition before the marker was removed",
+                ));
             }
             if state.unit_file != "enabled" {
                 changes.push(Change::new(
@@ -132,16 +139,13 @@ impl Step for KubeletUnit {
     fn apply<'a>(&'a self, cx: &'a Cx) -> BoxFuture<'a, anyhow::Result<()>> {
         async move {
             let set = Self::set(cx);
-            let marker = cx.root.path(RESTART_MARKER);
             // One read decides everything below: writing files and reloading neither stop
             // kubelet nor disable its unit file.
             let before = cx.systemd.brief(kubelet::KUBELET_UNIT, true).await?;
             let was_up = kubelet_is_up(&before.active);
             let pending = !set.changes(cx)?.is_empty();
             if pending && was_up {
-                cx.writer()
-                    .write(&FileSpec::new(RESTART_MARKER, "", 0o600))
-                    .context("recording the pending kubelet restart")?;
+                mark_restart(cx)?;
             }
             let changed = !set.apply(cx)?.is_empty();
             // EnableUnitFiles reads unit files from disk: enable first, then one reload (when
@@ -153,21 +157,19 @@ impl Step for KubeletUnit {
                     .enable(&[kubelet::KUBELET_UNIT.to_string()])
                     .await?;
             }
-            if ((changed || enable) && needs_reload(&before)) || marker.exists() {
+            let marked = restart_pending(cx).await?;
+            if ((changed || enable) && needs_reload(&before)) || marked == Pending::Reload {
                 cx.systemd.reload().await?;
             }
-            if marker.exists() {
-                // Restart only a running kubelet: a stopped one is started by kubelet-running,
-                // after everything it depends on.
-                if was_up {
-                    tracing::info!(
-                        unit = kubelet::KUBELET_UNIT,
-                        "restarting: definition changed"
-                    );
-                    start_kubelet(cx, true).await?;
-                }
-                cx.writer().remove(Path::new(RESTART_MARKER))?;
+            // Restart only a running kubelet: a stopped one is started by kubelet-running,
+            // after everything it depends on.
+            if was_up && matches!(marked, Pending::Reload | Pending::Restart) {
+                tracing::info!(
+                    unit = kubelet::KUBELET_UNIT,
+                    "restarting: definition changed"
+                );
             }
+            finish_restart(cx, was_up, true).await?;
             Ok(())
         }
         .boxed()

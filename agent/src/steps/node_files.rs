@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
+use anyhow::Context as _;
 use futures_util::future::BoxFuture;
 use futures_util::FutureExt;
 use nodectl_units::kubelet::{self};
@@ -15,10 +16,21 @@ use crate::engine::{Change, Cx, Observation, Step};
 use crate::fsio::{DirSpec, FileSpec};
 use crate::host::Os;
 
-/// Files systemd applies only at boot, and the oneshot service that applies them now.
-const APPLIED_BY: [(&str, &str); 2] = [
-    ("/etc/modules-load.d", "systemd-modules-load.service"),
-    ("/etc/sysctl.d", "systemd-sysctl.service"),
+/// Files systemd applies only at boot, the oneshot service that applies them now, and the
+/// marker that keeps that restart owed across a crash: written before the file changes,
+/// removed after the restart (a crash in between restarts the service on the next pass; a
+/// second run of these oneshots is harmless).
+const APPLIED_BY: [(&str, &str, &str); 2] = [
+    (
+        "/etc/modules-load.d",
+        "systemd-modules-load.service",
+        "/run/nodectl/systemd-modules-load.restart-pending",
+    ),
+    (
+        "/etc/sysctl.d",
+        "systemd-sysctl.service",
+        "/run/nodectl/systemd-sysctl.restart-pending",
+    ),
 ];
 
 /// Host files kubelet and the CNI depend on: kernel modules, sysctls, logind's inhibitor delay
@@ -133,8 +145,8 @@ impl Step for NodeFiles {
         async move {
             let set = Self::set(cx);
             let mut changes = set.changes(cx)?;
-            for (dir, unit) in APPLIED_BY {
-                if changes.iter().any(|c| c.what.contains(dir)) {
+            for (dir, unit, marker) in APPLIED_BY {
+                if changes.iter().any(|c| c.what.contains(dir)) || cx.root.path(marker).exists() {
                     changes.push(Change::new(
                         format!("restart {unit}"),
                         format!("so the new {dir} file takes effect now, not at the next boot"),
@@ -154,13 +166,26 @@ impl Step for NodeFiles {
     }
     fn apply<'a>(&'a self, cx: &'a Cx) -> BoxFuture<'a, anyhow::Result<()>> {
         async move {
-            let changed = Self::set(cx).apply(cx)?;
-            // Both restarts at once (each waits for its job; modprobe alone takes a while).
-            let restarts = APPLIED_BY
+            let set = Self::set(cx);
+            let changes = set.changes(cx)?;
+            for (dir, _, marker) in APPLIED_BY {
+                if changes.iter().any(|c| c.what.contains(dir)) {
+                    cx.writer()
+                        .write(&FileSpec::new(marker, "pending\n", 0o600))
+                        .with_context(|| format!("recording the restart {dir} needs"))?;
+                }
+            }
+            set.apply(cx)?;
+            let owed: Vec<_> = APPLIED_BY
                 .iter()
-                .filter(|(dir, _)| changed.iter().any(|p| p.starts_with(dir)))
-                .map(|(_, unit)| cx.systemd.restart(unit));
+                .filter(|(_, _, marker)| cx.root.path(marker).exists())
+                .collect();
+            // Both restarts at once (each waits for its job; modprobe alone takes a while).
+            let restarts = owed.iter().map(|(_, unit, _)| cx.systemd.restart(unit));
             futures_util::future::try_join_all(restarts).await?;
+            for (_, _, marker) in owed {
+                cx.writer().remove(Path::new(marker))?;
+            }
             Ok(())
         }
         .boxed()

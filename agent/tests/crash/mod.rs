@@ -101,10 +101,19 @@ pub struct Tally {
     pub wrong_mode: Vec<String>,
 }
 
-/// After a kill: what is there is complete, with its final mode (and label).
-pub fn check_killed(root: &Path, have: &Tree, want: &Tree, t: &mut Tally, trial: &str) {
+/// After a kill: what is there is the old version (`old`: the node before the pass) or the new
+/// one whole, with that version's mode (and label).
+pub fn check_killed(
+    root: &Path,
+    (have, old, want): (&Tree, &Tree, &Tree),
+    t: &mut Tally,
+    trial: &str,
+) {
     for (rel, h) in have {
         let Some(w) = want.get(rel) else { continue };
+        if old.get(rel) == Some(h) {
+            continue; // not yet replaced
+        }
         if h.dir != w.dir || h.symlink != w.symlink || (!h.dir && h.content != w.content) {
             t.partial.push(format!("{trial}: {}", rel.display()));
         }

@@ -41,7 +41,7 @@ use futures_util::future::BoxFuture;
 use futures_util::FutureExt;
 use nodectl_units::kubelet::KUBELET_UNIT;
 
-use super::kubelet::{kubelet_is_up, start_kubelet, RESTART_MARKER};
+use super::kubelet::{finish_restart, kubelet_is_up, mark_restart, restart_pending, Pending};
 use crate::config::Role;
 use crate::credentials::bootstrap::Via;
 use crate::credentials::policy::{need, Need};
@@ -297,22 +297,24 @@ impl KubeletCredentials {
             let d = w.check(f)?;
             changed |= d.missing || d.content;
         }
-        set.apply(cx)?;
-        let marker = cx.root.path(RESTART_MARKER);
-        if changed || marker.exists() {
-            let st = cx.systemd.brief(KUBELET_UNIT, false).await?;
-            if kubelet_is_up(&st.active) {
-                tracing::info!(
-                    unit = KUBELET_UNIT,
-                    "restarting on the node's new credentials"
-                );
-                start_kubelet(cx, true).await?;
-            }
-            if marker.exists() && !self.running() {
-                cx.writer().remove(Path::new(RESTART_MARKER))?;
-            }
+        let up = kubelet_is_up(&cx.systemd.brief(KUBELET_UNIT, false).await?.active);
+        if changed && up {
+            mark_restart(cx)?;
         }
-        Ok(())
+        set.apply(cx)?;
+        if up
+            && matches!(
+                restart_pending(cx).await?,
+                Pending::Reload | Pending::Restart
+            )
+        {
+            tracing::info!(
+                unit = KUBELET_UNIT,
+                "restarting on the node's new credentials"
+            );
+        }
+        // (kubelet reads its environment file at start: no reload for it)
+        finish_restart(cx, up, !self.running()).await
     }
 }
 
