@@ -193,6 +193,35 @@ async fn apiserver_down_then_up_backs_off_and_a_controller_runs_standalone_meanw
         "{r:?}"
     );
     assert_eq!(node.calls(), c, "a converged pass made systemd calls");
+
+    // A crash after a request stored its certificate and before kubelet's restart leaves the
+    // request's marker: the next pass restarts kubelet once, without a reload, and removes it.
+    let marker = node.root.path("/run/nodectl/kubelet.restart-pending");
+    std::fs::write(&marker, "issued\n").unwrap();
+    let r = node.pass(false).await;
+    assert_eq!(
+        step(&r, "kubelet-credentials").name(),
+        "applied",
+        "{:?}",
+        step(&r, "kubelet-credentials")
+    );
+    let after = node.calls();
+    assert_eq!(
+        after["restart"],
+        c["restart"].as_u64().unwrap() + 1,
+        "{after}"
+    );
+    assert_eq!(after["reload"], c["reload"], "{after}");
+    assert!(!marker.exists());
+    // The same crash after the restart (the marker `ready` before it): no second restart.
+    // (kubelet restarted a moment ago, after a `ready` a minute back)
+    let ready = nodectl_units::systemd::monotonic()
+        .as_micros()
+        .saturating_sub(60_000_000);
+    std::fs::write(&marker, format!("ready {ready}\n")).unwrap();
+    let _ = node.pass(false).await;
+    assert_eq!(node.calls()["restart"], after["restart"], "restarted twice");
+    assert!(!marker.exists());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -59,6 +59,18 @@ fn bus(context: impl Into<String>) -> impl FnOnce(zbus::Error) -> SystemdError {
     move |source| SystemdError::Bus { context, source }
 }
 
+/// CLOCK_MONOTONIC now: the clock of systemd's `*TimestampMonotonic` properties.
+pub fn monotonic() -> Duration {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec to the valid pointer given.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) };
+    assert_eq!(rc, 0, "CLOCK_MONOTONIC is always there");
+    Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
+}
+
 /// The value of `name` in systemd's `Environment` list (`NAME=value` entries; the last wins).
 pub fn env_lookup(env: &[String], name: &str) -> Option<String> {
     env.iter()
@@ -445,15 +457,16 @@ impl Client {
         Ok(env_lookup(&env, name))
     }
 
-    /// When the unit last left the inactive state (its latest start or restart began:
-    /// `InactiveExitTimestamp`, CLOCK_REALTIME); `None` when it never did.
-    pub async fn started_at(&self, unit: &str) -> Result<Option<std::time::SystemTime>> {
+    /// When the unit last left the inactive state (its latest start or restart began), on
+    /// CLOCK_MONOTONIC (`InactiveExitTimestampMonotonic`: no clock step moves it); `None` when
+    /// it never did in this boot.
+    pub async fn started_at(&self, unit: &str) -> Result<Option<Duration>> {
         let (proxy, _) = self.unit_proxy(unit).await?;
         let usec = proxy
-            .inactive_exit_timestamp()
+            .inactive_exit_timestamp_monotonic()
             .await
-            .map_err(bus(format!("{unit}.InactiveExitTimestamp")))?;
-        Ok((usec > 0).then(|| std::time::UNIX_EPOCH + Duration::from_micros(usec)))
+            .map_err(bus(format!("{unit}.InactiveExitTimestampMonotonic")))?;
+        Ok((usec > 0).then(|| Duration::from_micros(usec)))
     }
 
     /// Waits, by PropertiesChanged signals (no polling), until `pred` holds for the unit's state.
@@ -534,7 +547,7 @@ struct OfflineState {
     /// Per unit, how often it was started or restarted (what systemd would run ExecStart for).
     #[serde(default)]
     started: BTreeMap<String, u32>,
-    /// Per unit, when it was last started or restarted (microseconds since the epoch).
+    /// Per unit, when it was last started or restarted (CLOCK_MONOTONIC, microseconds).
     #[serde(default)]
     started_at: BTreeMap<String, u64>,
 }
@@ -587,11 +600,8 @@ impl Offline {
             *counter(&mut s.calls) += 1;
             if active {
                 *s.started.entry(unit.to_string()).or_default() += 1;
-                let now = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .unwrap_or_default();
                 s.started_at
-                    .insert(unit.to_string(), now.as_micros() as u64);
+                    .insert(unit.to_string(), monotonic().as_micros() as u64);
             }
             let u = s
                 .units
@@ -664,26 +674,18 @@ impl Systemd {
 
     /// See [`Client::queue`]; offline the same as [`Self::start`] / [`Self::restart`].
     pub async fn queue(&self, unit: &str, restart: bool) -> Result<()> {
-        let r = match (self, restart) {
+        match (self, restart) {
             (Systemd::Bus(c), _) => c.queue(unit, restart).await,
             (Systemd::Offline(o), false) => o.set_active(unit, true, |c| &mut c.start),
             (Systemd::Offline(o), true) => o.set_active(unit, true, |c| &mut c.restart),
-        };
-        if r.is_ok() {
-            crash_point!("systemd::queue");
         }
-        r
     }
 
     pub async fn stop(&self, unit: &str) -> Result<()> {
-        let r = match self {
+        match self {
             Systemd::Bus(c) => c.stop(unit).await,
             Systemd::Offline(o) => o.set_active(unit, false, |c| &mut c.stop),
-        };
-        if r.is_ok() {
-            crash_point!("systemd::stop");
         }
-        r
     }
 
     pub async fn enable(&self, units: &[String]) -> Result<()> {
@@ -732,14 +734,14 @@ impl Systemd {
     }
 
     /// See [`Client::started_at`]; offline, the time of the last start or restart recorded.
-    pub async fn started_at(&self, unit: &str) -> Result<Option<std::time::SystemTime>> {
+    pub async fn started_at(&self, unit: &str) -> Result<Option<Duration>> {
         match self {
             Systemd::Bus(c) => c.started_at(unit).await,
             Systemd::Offline(o) => Ok(o
                 .load()?
                 .started_at
                 .get(unit)
-                .map(|us| std::time::UNIX_EPOCH + Duration::from_micros(*us))),
+                .map(|us| Duration::from_micros(*us))),
         }
     }
 

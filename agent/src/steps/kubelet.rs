@@ -1,7 +1,7 @@
 //! What the steps share about kubelet: its files, the restart marker, starting it.
 
 use std::path::Path;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use anyhow::Context as _;
 use nodectl_units::kubelet;
@@ -10,10 +10,11 @@ use crate::engine::Cx;
 use crate::fsio::FileSpec;
 
 pub(crate) const SYSTEMD_DIR: &str = "/etc/systemd/system";
-/// Written (`pending`) before kubelet's definition or inputs change, rewritten (`ready <time>`)
-/// once they are all in place, just before the restart, and removed after it: a crash before
-/// the restart still restarts kubelet on the next pass, and a crash after it does not restart
-/// kubelet twice (it started after the `ready` time). See [`restart_pending`].
+/// Written before kubelet's definition or inputs change (`pending`, `credentials`, `issued`:
+/// who wrote it and what is owed), rewritten `ready <time>` once they are all in place, just
+/// before the restart, and removed after it: a crash before the restart still restarts kubelet
+/// on the next pass, and a crash after it does not restart kubelet twice (it started after the
+/// `ready` time). See [`Pending`].
 pub(crate) const RESTART_MARKER: &str = "/run/nodectl/kubelet.restart-pending";
 pub(crate) const MANAGED_HEADER: &str = "# Managed by nodectl";
 pub(crate) const KUBELET_YAML: &str = "/etc/kubernetes/kubelet.yaml";
@@ -53,40 +54,69 @@ pub(crate) async fn start_kubelet(cx: &Cx, restart: bool) -> anyhow::Result<()> 
 pub(crate) enum Pending {
     /// No marker.
     Nothing,
-    /// Written before the change: systemd may not have the new definition yet (reload), and
-    /// kubelet was not restarted on it.
+    /// `pending` (kubelet-unit): kubelet's unit files are changing; reload, then restart.
     Reload,
-    /// Everything was in place; kubelet has not started since.
+    /// `credentials` (kubelet-credentials): the files kubelet reads at start are changing;
+    /// restart, no reload.
+    Credentials,
+    /// `issued` (the certificate request, before it stores the certificate): restart once the
+    /// request has ended, no reload.
+    Issued,
+    /// `ready <µs>`: everything was in place; kubelet has not started since.
     Restart,
-    /// kubelet (re)started after everything was in place, before a crash kept the marker:
-    /// only the marker is left to remove.
+    /// `ready <µs>` and kubelet (re)started since, or a start job is queued for it: only the
+    /// marker is left to remove (a crash came between the restart and the removal).
     Done,
 }
 
+/// Why kubelet is to be restarted (what the marker says until it is `ready`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Why {
+    Unit,
+    Credentials,
+}
+
+/// The marker's content when the certificate request has a new certificate to store.
+pub(crate) const ISSUED: &str = "issued\n";
+
 /// Records that kubelet must be restarted on what is about to change.
-pub(crate) fn mark_restart(cx: &Cx) -> anyhow::Result<()> {
+pub(crate) fn mark_restart(cx: &Cx, why: Why) -> anyhow::Result<()> {
+    let text = match why {
+        Why::Unit => "pending\n",
+        Why::Credentials => "credentials\n",
+    };
     cx.writer()
-        .write(&FileSpec::new(RESTART_MARKER, "pending\n", 0o600))
+        .write(&FileSpec::new(RESTART_MARKER, text, 0o600))
         .context("recording the pending kubelet restart")?;
     Ok(())
 }
 
-/// What the marker asks for: its content, and for `ready <µs>`, kubelet's last start time.
+/// What the marker asks for: its content, and for `ready <µs>` (CLOCK_MONOTONIC, as systemd's
+/// `InactiveExitTimestampMonotonic`: a step of the wall clock changes neither), whether
+/// kubelet started since or has a start job queued.
 pub(crate) async fn restart_pending(cx: &Cx) -> anyhow::Result<Pending> {
-    // (written by nodectld only: 0600 root in /run/nodectl; anything unreadable is `pending`)
+    // (written by nodectld only: 0600 root in /run/nodectl; anything unreadable or unknown
+    // asks for the most: reload and restart)
     let text = match std::fs::read_to_string(cx.root.path(RESTART_MARKER)) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Pending::Nothing),
         Err(_) => return Ok(Pending::Reload),
     };
-    let Some(ready) = text
-        .trim()
-        .strip_prefix("ready ")
-        .and_then(|us| us.parse::<u64>().ok())
-    else {
-        return Ok(Pending::Reload);
+    let ready = match text.trim() {
+        "credentials" => return Ok(Pending::Credentials),
+        "issued" => return Ok(Pending::Issued),
+        t => match t
+            .strip_prefix("ready ")
+            .and_then(|us| us.parse::<u64>().ok())
+        {
+            Some(us) => Duration::from_micros(us),
+            None => return Ok(Pending::Reload),
+        },
     };
-    let ready = UNIX_EPOCH + Duration::from_micros(ready);
+    let st = cx.systemd.brief(kubelet::KUBELET_UNIT, false).await?;
+    if st.job != 0 {
+        return Ok(Pending::Done); // the restart queued in nodectld's first pass, not run yet
+    }
     let started = cx.systemd.started_at(kubelet::KUBELET_UNIT).await?;
     Ok(match started {
         Some(t) if t >= ready => Pending::Done,
@@ -94,19 +124,25 @@ pub(crate) async fn restart_pending(cx: &Cx) -> anyhow::Result<Pending> {
     })
 }
 
-/// Ends what the marker asks for: unless kubelet already started on the new definition, the
-/// marker says `ready` with the time, then a running kubelet (`up`) is restarted; the marker is
+/// Ends what the marker asks for (`pending`, as read before): systemd reloaded first when
+/// the unit files changed; unless kubelet already started on the new definition, the marker
+/// says `ready` with the time, then a running kubelet (`up`) is restarted; the marker is
 /// removed when `remove` (not while a certificate request may still write it).
-pub(crate) async fn finish_restart(cx: &Cx, up: bool, remove: bool) -> anyhow::Result<()> {
-    match restart_pending(cx).await? {
+pub(crate) async fn finish_restart(
+    cx: &Cx,
+    pending: Pending,
+    up: bool,
+    remove: bool,
+) -> anyhow::Result<()> {
+    match pending {
         Pending::Nothing => return Ok(()),
         Pending::Done => {}
-        Pending::Reload | Pending::Restart => {
+        Pending::Reload | Pending::Credentials | Pending::Issued | Pending::Restart => {
+            if pending == Pending::Reload {
+                cx.systemd.reload().await?;
+            }
             if up {
-                let now = SystemTime::now()
-                    .duration_since(UNIX_EPOCH)
-                    .unwrap_or_default()
-                    .as_micros();
+                let now = nodectl_units::systemd::monotonic().as_micros();
                 cx.writer()
                     .write(&FileSpec::new(
                         RESTART_MARKER,

@@ -91,6 +91,7 @@ impl Step for KubeletUnit {
         async move {
             let mut changes = Self::set(cx).changes(cx)?;
             let state = cx.systemd.brief(kubelet::KUBELET_UNIT, true).await?;
+            // (a marker of the credentials is kubelet-credentials' to act on)
             let pending = restart_pending(cx).await?;
             let reload =
                 (!changes.is_empty() && needs_reload(&state)) || pending == Pending::Reload;
@@ -145,7 +146,7 @@ impl Step for KubeletUnit {
             let was_up = kubelet_is_up(&before.active);
             let pending = !set.changes(cx)?.is_empty();
             if pending && was_up {
-                mark_restart(cx)?;
+                mark_restart(cx, Why::Unit)?;
             }
             let changed = !set.apply(cx)?.is_empty();
             // EnableUnitFiles reads unit files from disk: enable first, then one reload (when
@@ -158,8 +159,12 @@ impl Step for KubeletUnit {
                     .await?;
             }
             let marked = restart_pending(cx).await?;
-            if ((changed || enable) && needs_reload(&before)) || marked == Pending::Reload {
+            // (finish_restart reloads for a `pending` marker)
+            if (changed || enable) && needs_reload(&before) && marked != Pending::Reload {
                 cx.systemd.reload().await?;
+            }
+            if matches!(marked, Pending::Credentials | Pending::Issued) {
+                return Ok(()); // kubelet-credentials restarts kubelet once its files are in
             }
             // Restart only a running kubelet: a stopped one is started by kubelet-running,
             // after everything it depends on.
@@ -169,8 +174,7 @@ impl Step for KubeletUnit {
                     "restarting: definition changed"
                 );
             }
-            finish_restart(cx, was_up, true).await?;
-            Ok(())
+            finish_restart(cx, marked, was_up, true).await
         }
         .boxed()
     }

@@ -182,10 +182,14 @@ impl Step for NodeFiles {
                 .collect();
             // Both restarts at once (each waits for its job; modprobe alone takes a while).
             let restarts = owed.iter().map(|(_, unit, _)| cx.systemd.restart(unit));
-            futures_util::future::try_join_all(restarts).await?;
+            let results = futures_util::future::join_all(restarts).await;
+            // A job that ended, even failed, is not owed again: the marker is for a crash
+            // before the job (a oneshot failing on some file would otherwise be restarted,
+            // and fail, in every pass). The failure is this pass's error.
             for (_, _, marker) in owed {
                 cx.writer().remove(Path::new(marker))?;
             }
+            results.into_iter().collect::<Result<Vec<()>, _>>()?;
             Ok(())
         }
         .boxed()

@@ -41,7 +41,7 @@ use futures_util::future::BoxFuture;
 use futures_util::FutureExt;
 use nodectl_units::kubelet::KUBELET_UNIT;
 
-use super::kubelet::{finish_restart, kubelet_is_up, mark_restart, restart_pending, Pending};
+use super::kubelet::{finish_restart, kubelet_is_up, mark_restart, restart_pending, Pending, Why};
 use crate::config::Role;
 use crate::credentials::bootstrap::Via;
 use crate::credentials::policy::{need, Need};
@@ -242,7 +242,15 @@ impl Step for KubeletCredentials {
             let changes = files::files(cx, owns(held.as_ref(), cx))?.changes(cx)?;
             let activity = activity(&phase, cx);
             refused(&phase, &need, cx)?;
-            Ok(decide(cx, held.as_ref(), &need, activity, changes))
+            let seen = decide(cx, held.as_ref(), &need, activity, changes);
+            Ok(match (seen, self.owed_restart(cx).await?) {
+                (Observation::Converged(_), Some(c)) => Observation::Changes(vec![c]),
+                (Observation::Changes(mut v), Some(c)) => {
+                    v.push(c);
+                    Observation::Changes(v)
+                }
+                (seen, _) => seen,
+            })
         }
         .boxed()
     }
@@ -299,22 +307,37 @@ impl KubeletCredentials {
         }
         let up = kubelet_is_up(&cx.systemd.brief(KUBELET_UNIT, false).await?.active);
         if changed && up {
-            mark_restart(cx)?;
+            mark_restart(cx, Why::Credentials)?;
         }
         set.apply(cx)?;
-        if up
-            && matches!(
-                restart_pending(cx).await?,
-                Pending::Reload | Pending::Restart
-            )
-        {
+        let pending = restart_pending(cx).await?;
+        let running = self.running();
+        if pending == Pending::Issued && running {
+            return Ok(()); // the request is storing what it was issued; its end wakes a pass
+        }
+        if up && !matches!(pending, Pending::Nothing | Pending::Done) {
             tracing::info!(
                 unit = KUBELET_UNIT,
                 "restarting on the node's new credentials"
             );
         }
-        // (kubelet reads its environment file at start: no reload for it)
-        finish_restart(cx, up, !self.running()).await
+        finish_restart(cx, pending, up, !running).await
+    }
+
+    /// A restart the marker still owes kubelet for its credentials (after a crash, or a
+    /// request that ended since), as a change of this step.
+    async fn owed_restart(&self, cx: &Cx) -> anyhow::Result<Option<Change>> {
+        let owed = match restart_pending(cx).await? {
+            Pending::Credentials => true,
+            Pending::Issued => !self.running(),
+            _ => false,
+        };
+        Ok(owed.then(|| {
+            Change::new(
+                "restart kubelet.service",
+                "the node's credentials changed while it runs",
+            )
+        }))
     }
 }
 

@@ -4,7 +4,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use super::super::kubelet::RESTART_MARKER;
+use super::super::kubelet::{ISSUED, RESTART_MARKER};
 use crate::config::Settings;
 use crate::credentials::bootstrap::{Bootstrap, BootstrapError, Issued, Via};
 use crate::credentials::check::Facts;
@@ -222,7 +222,7 @@ impl Job {
         // written once the certificate is issued, before it is stored, so a crash before the
         // restart still restarts kubelet on the next pass.
         let on_issued = || {
-            if let Err(e) = writer.write(&FileSpec::new(RESTART_MARKER, "", 0o600)) {
+            if let Err(e) = writer.write(&FileSpec::new(RESTART_MARKER, ISSUED, 0o600)) {
                 tracing::warn!("recording the pending kubelet restart: {e}");
             }
         };
