@@ -222,6 +222,25 @@ async fn apiserver_down_then_up_backs_off_and_a_controller_runs_standalone_meanw
     let _ = node.pass(false).await;
     assert_eq!(node.calls()["restart"], after["restart"], "restarted twice");
     assert!(!marker.exists());
+    // A marker of the credentials left while kubelet is stopped (it crashed meanwhile): kubelet
+    // is started on the files as they are, not restarted, and the marker is gone.
+    let state = node.root.path("/run/nodectl/offline-systemd.json");
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&state).unwrap()).unwrap();
+    v["units"]["kubelet.service"]["active"] = "inactive".into();
+    std::fs::write(&state, v.to_string()).unwrap();
+    std::fs::write(&marker, "credentials\n").unwrap();
+    let _ = node.pass(false).await;
+    let last = node.calls();
+    assert_eq!(last["restart"], after["restart"], "{last}");
+    assert_eq!(
+        last["start"],
+        after["start"].as_u64().unwrap() + 1,
+        "{last}"
+    );
+    assert!(!marker.exists());
+    let _ = node.pass(false).await;
+    assert_eq!(node.calls(), last, "a converged pass made systemd calls");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

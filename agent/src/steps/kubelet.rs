@@ -134,9 +134,16 @@ pub(crate) async fn finish_restart(
     up: bool,
     remove: bool,
 ) -> anyhow::Result<()> {
-    match pending {
+    let remove = match pending {
         Pending::Nothing => return Ok(()),
-        Pending::Done => {}
+        Pending::Done => remove,
+        // kubelet is not running: it starts (kubelet-running) on the files as they are now,
+        // so nothing is owed; but what a running request was issued is not stored yet.
+        _ if !up => remove || pending != Pending::Issued,
+        _ => remove,
+    };
+    match pending {
+        Pending::Nothing | Pending::Done => {}
         Pending::Reload | Pending::Credentials | Pending::Issued | Pending::Restart => {
             if pending == Pending::Reload {
                 cx.systemd.reload().await?;

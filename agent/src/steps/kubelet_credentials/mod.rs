@@ -325,7 +325,8 @@ impl KubeletCredentials {
     }
 
     /// A restart the marker still owes kubelet for its credentials (after a crash, or a
-    /// request that ended since), as a change of this step.
+    /// request that ended since), as a change of this step (with kubelet stopped, the change
+    /// is the marker's removal: kubelet starts on the files as they are).
     async fn owed_restart(&self, cx: &Cx) -> anyhow::Result<Option<Change>> {
         let owed = match restart_pending(cx).await? {
             Pending::Credentials => true,
