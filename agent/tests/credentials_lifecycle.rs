@@ -95,6 +95,11 @@ fn step<'r>(r: &'r Report, id: &str) -> &'r StepState {
     &r.steps.iter().find(|s| s.id == id).unwrap().state
 }
 
+/// The step applied its changes in that pass.
+fn assert_applied(r: &Report, id: &str) {
+    assert_eq!(step(r, id).name(), "applied", "{:?}", step(r, id));
+}
+
 fn text(s: &StepState) -> String {
     format!("{s:?}")
 }
@@ -166,12 +171,7 @@ async fn apiserver_down_then_up_backs_off_and_a_controller_runs_standalone_meanw
     api.up().await.unwrap();
     tokio::time::sleep(Duration::from_millis(2600)).await;
     let r = node.pass(false).await;
-    assert_eq!(
-        step(&r, "kubelet-credentials").name(),
-        "applied",
-        "{:?}",
-        step(&r, "kubelet-credentials")
-    );
+    assert_applied(&r, "kubelet-credentials");
     assert_eq!(node.held().subject, "system:node:controller-0");
     assert!(node
         .env()
@@ -199,12 +199,7 @@ async fn apiserver_down_then_up_backs_off_and_a_controller_runs_standalone_meanw
     let marker = node.root.path("/run/nodectl/kubelet.restart-pending");
     std::fs::write(&marker, "issued\n").unwrap();
     let r = node.pass(false).await;
-    assert_eq!(
-        step(&r, "kubelet-credentials").name(),
-        "applied",
-        "{:?}",
-        step(&r, "kubelet-credentials")
-    );
+    assert_applied(&r, "kubelet-credentials");
     let after = node.calls();
     assert_eq!(
         after["restart"],
@@ -273,12 +268,7 @@ async fn an_expired_certificate_is_replaced_through_the_bootstrap_token() {
     tokio::time::sleep(Duration::from_millis(2600)).await;
 
     let r = node.pass(false).await;
-    assert_eq!(
-        step(&r, "kubelet-credentials").name(),
-        "applied",
-        "{:?}",
-        step(&r, "kubelet-credentials")
-    );
+    assert_applied(&r, "kubelet-credentials");
     let second = node.held();
     assert!(second.validity.not_after > first.validity.not_after);
     assert_eq!(
@@ -398,12 +388,7 @@ async fn rotation_uses_a_fresh_key_and_a_refused_certificate_falls_back_to_boots
     sleep_until(first.rotate_at).await;
 
     let r = node.pass(false).await;
-    assert_eq!(
-        step(&r, "kubelet-credentials").name(),
-        "applied",
-        "{:?}",
-        step(&r, "kubelet-credentials")
-    );
+    assert_applied(&r, "kubelet-credentials");
     let second = node.held();
     assert!(
         second.validity.not_after > first.validity.not_after,
@@ -441,12 +426,7 @@ async fn rotation_uses_a_fresh_key_and_a_refused_certificate_falls_back_to_boots
     api.revoke("system:node:worker-1");
     sleep_until(second.rotate_at).await;
     let r = node.pass(false).await;
-    assert_eq!(
-        step(&r, "kubelet-credentials").name(),
-        "applied",
-        "{:?}",
-        step(&r, "kubelet-credentials")
-    );
+    assert_applied(&r, "kubelet-credentials");
     assert_eq!(
         requesters(&api),
         [
