@@ -5,7 +5,8 @@
 #   libraries: libc.so.6, libm.so.6, libgcc_s.so.1 (glibc and gcc's runtime, in both), and
 #     libselinux.so.1 (FCOS: SELinux enforcing; Flatcar ships libselinux for its permissive
 #     SELinux), and the interpreter /lib64/ld-linux-x86-64.so.2 (a debug build names it)
-#   GLIBC_ ceiling: 2.34 (the oldest glibc in a supported stream: Flatcar LTS; FCOS is newer)
+#   GLIBC_ ceiling: 2.34 (the oldest glibc in a supported stream: Flatcar LTS; FCOS is newer),
+#     ABI markers included (GLIBC_ABI_DT_RELR: glibc 2.36)
 #   LIBSELINUX_ ceiling: 1.0 (no symbol of a newer libselinux)
 # Env ELF_GLIBC_MAX, ELF_ALLOWED (space-separated) override, for the test that shows a failure.
 set -euo pipefail
@@ -27,6 +28,15 @@ for b in "$@"; do
   if [ -n "$top" ] && [ "$(printf '%s\n%s\n' "$top" "$max" | sort -V | tail -1)" != "$max" ]; then
     bad+=("needs GLIBC_$top (ceiling $max)")
   fi
+  # ABI markers: what ld adds for a feature the loader must have (-z pack-relative-relocs:
+  # GLIBC_ABI_DT_RELR, glibc 2.36); a glibc without it refuses to load the binary.
+  for a in $(readelf -V -W "$b" | grep -oE 'Name: GLIBC_ABI_[A-Z0-9_]+' | sed 's/Name: //' | sort -u); do
+    case $a in
+      GLIBC_ABI_DT_RELR) need=2.36 ;;
+      *) bad+=("needs $a (an ABI marker this check does not know)"); continue ;;
+    esac
+    [ "$(printf '%s\n%s\n' "$need" "$max" | sort -V | tail -1)" = "$max" ] || bad+=("needs $a (glibc $need; ceiling $max)")
+  done
   for v in $(grep '^LIBSELINUX_' <<<"$vers"); do [ "$v" = LIBSELINUX_1.0 ] || bad+=("needs $v"); done
   if [ ${#bad[@]} -gt 0 ]; then
     msg=$(printf '%s; ' "${bad[@]}")
