@@ -42,7 +42,11 @@ fn a_binary_needing_glibc_abi_dt_relr_is_refused_under_the_ceiling() {
         .arg(&src)
         .output()
         .expect("cc runs (the linker Rust uses here)");
-    assert!(cc.status.success(), "{}", String::from_utf8_lossy(&cc.stderr));
+    assert!(
+        cc.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cc.stderr)
+    );
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../packaging/check-elf.sh");
     let out = Command::new(script).arg(&bin).output().unwrap();
     let said = String::from_utf8_lossy(&out.stderr);
