@@ -18,6 +18,7 @@ pub(crate) struct FileSet {
 
 impl FileSet {
     pub(crate) fn changes(&self, cx: &Cx) -> anyhow::Result<Vec<Change>> {
+        self.prefetch_labels(cx);
         let w = cx.writer();
         let mut out = Vec::new();
         for d in &self.dirs {
@@ -53,6 +54,26 @@ impl FileSet {
             }
         }
         Ok(out)
+    }
+
+    /// The policy's default labels of everything here without a label of its own, looked up
+    /// in one batch (one file_contexts open where the paths span many subsets).
+    fn prefetch_labels(&self, cx: &Cx) {
+        const S_IFDIR: u32 = 0o040000;
+        const S_IFREG: u32 = 0o100000;
+        let defaults: Vec<(&Path, u32)> = self
+            .dirs
+            .iter()
+            .filter(|d| d.label.is_none())
+            .map(|d| (d.path.as_path(), S_IFDIR))
+            .chain(
+                self.files
+                    .iter()
+                    .filter(|f| f.label.is_none())
+                    .map(|f| (f.path.as_path(), S_IFREG)),
+            )
+            .collect();
+        cx.labeler.prefetch(&defaults);
     }
 
     /// Applies; returns the node paths of the files written or removed.
