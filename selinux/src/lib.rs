@@ -233,9 +233,12 @@ impl Labeler {
             return None;
         }
         let mut map = self.lookups.lock().ok()?;
-        // (the whole database, when this labeler opened it, answers every prefix)
-        if let Some(l) = map.get(prefix).or_else(|| map.get(Path::new(WHOLE))) {
+        if let Some(l) = map.get(prefix) {
             return l.clone();
+        }
+        // (the whole database, when this labeler opened it, answers every prefix)
+        if let Some(Some(whole)) = map.get(Path::new(WHOLE)) {
+            return Some(whole.clone());
         }
         let t = std::time::Instant::now();
         let c = std::ffi::CString::new(prefix.as_os_str().as_encoded_bytes()).ok()?;
@@ -299,7 +302,7 @@ impl Labeler {
     /// are not cached yet: when they span [`WHOLE_AT`] file_contexts subsets or more, one
     /// handle on the whole database answers them all and the later lookups of this labeler
     /// (each subset open reads the whole policy file again: a node's first pass needs about
-    /// seven, ~550 ms under QEMU TCG, the whole database ~320 ms; issue 18). Fewer are left to
+    /// seven, 550 ms under QEMU TCG, the whole database 100-320 ms; issue 18). Fewer are left to
     /// the subsets, opened at their first lookup. Returns the subsets this spared.
     pub fn prefetch(&self, paths: &[(&Path, u32)]) -> usize {
         const S_IFMT: u32 = 0o170000;
