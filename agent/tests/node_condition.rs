@@ -90,7 +90,16 @@ async fn the_condition_follows_the_steps_and_beats_as_configured() {
     for (user, method, path) in node_requests(&api) {
         assert_eq!(user, "system:node:w1", "{method} {path} sent as {user}");
     }
-    let annotations = api.node("w1").unwrap()["metadata"]["annotations"].clone();
+    // The annotations follow in the report's second request (the condition is patched on the
+    // status subresource first): wait for that one too.
+    let start = Instant::now();
+    let annotations = loop {
+        let a = api.node("w1").unwrap()["metadata"]["annotations"].clone();
+        if !a["nodectl.io/reboot-state"].is_null() || start.elapsed() > Duration::from_secs(20) {
+            break a;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
     assert_eq!(
         annotations["nodectl.io/reboot-state"], "idle",
         "{annotations}"
