@@ -290,6 +290,35 @@ pub fn flannel_link() -> String {
         .render()
 }
 
+/// The first line of every file nodectl writes whole; a file that does not start with it is an
+/// operator's, never removed.
+pub const MANAGED_HEADER: &str = "# Managed by nodectl";
+
+/// Where [`modules_load_conf`] and [`sysctl_conf`] go: systemd applies them at boot
+/// (systemd-modules-load.service, systemd-sysctl.service). The Butane configs nodectl ships
+/// write both (Ignition, before the first boot's oneshots run), with exactly this content, so a
+/// fresh node has them applied at boot and nodectld's first pass owes no restart; nodectld
+/// keeps them so afterwards (tools/butane/tests/shipped.rs checks the two agree).
+pub const MODULES_LOAD_FILE: &str = "/etc/modules-load.d/nodectl.conf";
+pub const SYSCTL_FILE: &str = "/etc/sysctl.d/50-nodectl.conf";
+
+/// The kernel modules kubelet's network needs: `br_netfilter` (flannel, bridged traffic through
+/// iptables) and `nf_conntrack` (kube-proxy); Typhoon's `/etc/modules-load.d/typhoon.conf`.
+pub fn modules_load_conf() -> String {
+    format!("{MANAGED_HEADER}\nbr_netfilter\nnf_conntrack\n")
+}
+
+/// The sysctls: inotify watches for kubelet and pods (Typhoon's `max-user-watches.conf`); on
+/// Fedora CoreOS (`rp_filter_off`) reverse-path filtering off, as Typhoon's FCOS configs set it
+/// (`reverse-path-filter.conf`).
+pub fn sysctl_conf(rp_filter_off: bool) -> String {
+    let mut s = format!("{MANAGED_HEADER}\nfs.inotify.max_user_watches=16184\n");
+    if rp_filter_off {
+        s.push_str("net.ipv4.conf.default.rp_filter=0\nnet.ipv4.conf.*.rp_filter=0\n");
+    }
+    s
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -16,7 +16,7 @@ pub(crate) const SYSTEMD_DIR: &str = "/etc/systemd/system";
 /// on the next pass, and a crash after it does not restart kubelet twice (it started after the
 /// `ready` time). See [`Pending`].
 pub(crate) const RESTART_MARKER: &str = "/run/nodectl/kubelet.restart-pending";
-pub(crate) const MANAGED_HEADER: &str = "# Managed by nodectl";
+pub(crate) use nodectl_units::kubelet::MANAGED_HEADER;
 pub(crate) const KUBELET_YAML: &str = "/etc/kubernetes/kubelet.yaml";
 /// A controller's KubeletConfiguration before the node has its credentials (no webhook).
 pub(crate) const KUBELET_STANDALONE_YAML: &str = "/etc/kubernetes/kubelet-standalone.yaml";

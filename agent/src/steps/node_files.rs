@@ -41,17 +41,10 @@ pub(crate) struct NodeFiles;
 impl NodeFiles {
     fn set(cx: &Cx) -> FileSet {
         let s = &cx.settings;
-        let mut sysctl = format!("{MANAGED_HEADER}\nfs.inotify.max_user_watches=16184\n");
-        if cx.host.os == Os::FedoraCoreos {
-            sysctl.push_str("net.ipv4.conf.default.rp_filter=0\nnet.ipv4.conf.*.rp_filter=0\n");
-        }
+        let sysctl = kubelet::sysctl_conf(cx.host.os == Os::FedoraCoreos);
         let mut files = vec![
-            FileSpec::new(
-                "/etc/modules-load.d/nodectl.conf",
-                format!("{MANAGED_HEADER}\nbr_netfilter\nnf_conntrack\n"),
-                0o644,
-            ),
-            FileSpec::new("/etc/sysctl.d/50-nodectl.conf", sysctl, 0o644),
+            FileSpec::new(kubelet::MODULES_LOAD_FILE, kubelet::modules_load_conf(), 0o644),
+            FileSpec::new(kubelet::SYSCTL_FILE, sysctl, 0o644),
             FileSpec::new(
                 "/etc/systemd/logind.conf.d/50-nodectl-inhibitors.conf",
                 format!("{MANAGED_HEADER}: graceful node shutdown (kubelet shutdownGracePeriod 45s)\n[Login]\nInhibitDelayMaxSec=45s\n"),

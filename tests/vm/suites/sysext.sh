@@ -91,6 +91,7 @@ expect "extension link" "$(readlink /etc/extensions/nodectl.raw)" /opt/extension
 check "transfer file placed" grep -q '^CurrentSymlink=/etc/extensions/nodectl.raw$' /etc/sysupdate.nodectl.d/nodectl.conf
 expect "bootstrap kubeconfig mode" "$(stat -c %a /etc/kubernetes/kubeconfig)" 600
 check "config fragment placed" grep -q '^role = "worker"$' /etc/nodectl/config.d/10-node.toml
+check "kernel modules and sysctls placed for the first boot" sh -c "grep -qx br_netfilter /etc/modules-load.d/nodectl.conf && grep -qx fs.inotify.max_user_watches=16184 /etc/sysctl.d/50-nodectl.conf"
 expect "locksmithd masked" "$(readlink /etc/systemd/system/locksmithd.service)" /dev/null
 check "docker enabled by Ignition's preset" grep -qx 'enable docker.service' /etc/systemd/system-preset/20-ignition.preset
 

@@ -104,6 +104,46 @@ fn every_shipped_template_translates_checks_and_agrees_with_its_ignition() {
     }
 }
 
+/// The inline contents of the file at `path` in a rendered Butane config, if it has one.
+fn inline_file(bu: &str, path: &str) -> Option<String> {
+    let doc: serde_yaml::Value = serde_yaml::from_str(bu).unwrap();
+    doc["storage"]["files"]
+        .as_sequence()?
+        .iter()
+        .find(|f| f["path"].as_str() == Some(path))
+        .map(|f| f["contents"]["inline"].as_str().unwrap().to_string())
+}
+
+/// The kernel modules and sysctls ship in Ignition, so the first boot's systemd-modules-load and
+/// systemd-sysctl apply them before nodectld starts, and they must be byte for byte what
+/// nodectld's node-files step keeps there: otherwise its first pass rewrites them and restarts
+/// both oneshots (the wait issue 18 removed from a fresh node's first pass).
+#[test]
+fn the_files_systemd_applies_at_boot_ship_as_nodectld_writes_them() {
+    use nodectl_units::kubelet::{modules_load_conf, sysctl_conf, MODULES_LOAD_FILE, SYSCTL_FILE};
+    for t in templates() {
+        let name = t.file_name().unwrap().to_string_lossy().into_owned();
+        let bu = rendered(&t);
+        let fcos = name.starts_with("fcos");
+        assert_eq!(
+            inline_file(&bu, MODULES_LOAD_FILE).as_deref(),
+            Some(modules_load_conf().as_str()),
+            "{name}: {MODULES_LOAD_FILE}"
+        );
+        assert_eq!(
+            inline_file(&bu, SYSCTL_FILE).as_deref(),
+            Some(sysctl_conf(fcos).as_str()),
+            "{name}: {SYSCTL_FILE}"
+        );
+    }
+    // and a difference is caught: FCOS's sysctls are not Flatcar's
+    let bu = rendered(&repo().join("packaging/butane/flatcar-worker.bu"));
+    assert_ne!(
+        inline_file(&bu, SYSCTL_FILE).as_deref(),
+        Some(sysctl_conf(true).as_str())
+    );
+}
+
 #[test]
 fn an_unknown_key_or_a_wrong_spec_version_fails_the_checks() {
     let t = repo().join("packaging/butane/flatcar-worker.bu");
