@@ -49,7 +49,8 @@ pub struct Options {
     pub debounce: Duration,
 }
 
-/// How long after a pass nodectld gives back memory freed by work that outlived the pass.
+/// How long after a pass nodectld gives back memory freed by work that outlived the pass, and
+/// unmaps the code the pass ran (`memory::release_code`).
 const LATE_TRIM: Duration = Duration::from_secs(10);
 
 /// The signals that stop nodectld or ask for a pass.
@@ -220,6 +221,8 @@ async fn next_trigger(
             _ = signals.int.recv() => break None,
             _ = tokio::time::sleep_until(trim_at.unwrap_or(resync_at)), if trim_at.is_some() => {
                 crate::memory::release_freed();
+                let code = crate::memory::release_code();
+                tracing::debug!(bytes = code, "idle: freed memory and unused code pages given back");
                 trim_at = None;
             }
         }
