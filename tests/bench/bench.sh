@@ -107,8 +107,9 @@ journal_from() {
 # ignition_node_files: what nodectl's Ignition config gives a fresh node before its first boot's
 # oneshots run: the kernel modules and sysctls nodectld keeps (packaging/butane; this VM's
 # generic OS gets Flatcar's sysctls), taken from the shipped Flatcar controller template as
-# rendered and translated for a release, written where Ignition writes them, then applied as
-# the boot applies them (systemd-modules-load, systemd-sysctl).
+# rendered and translated for a release, written where Ignition writes them and labeled as it
+# labels them (coreos/ignition internal/exec/util RelabelFiles: `setfiles -vF0`, the whole
+# context), then applied as the boot applies them (systemd-modules-load, systemd-sysctl).
 ignition_node_files() {
   local d=/tmp/bench-ign f src
   rm -rf $d && mkdir -p $d/files && cp /root/bootstrap-kubeconfig $d/files/bootstrap-kubeconfig
@@ -119,7 +120,7 @@ ignition_node_files() {
   for f in /etc/modules-load.d/nodectl.conf /etc/sysctl.d/50-nodectl.conf; do
     src=$(jq -r --arg p "$f" '.storage.files[] | select(.path == $p) | .contents.source' $d/c.ign)
     [ "${src#data:,}" != "$src" ] || return 1
-    mkdir -p "${f%/*}" && printf '%b' "$(sed 's/%/\\x/g' <<<"${src#data:,}")" >"$f" && chmod 0644 "$f" && restorecon "$f" || return 1
+    mkdir -p "${f%/*}" && printf '%b' "$(sed 's/%/\\x/g' <<<"${src#data:,}")" >"$f" && chmod 0644 "$f" && restorecon -F "$f" || return 1
   done
   systemctl restart systemd-modules-load.service systemd-sysctl.service
 }

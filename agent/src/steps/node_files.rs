@@ -33,6 +33,12 @@ const APPLIED_BY: [(&str, &str, &str); 2] = [
     ),
 ];
 
+/// `change` gives a file in `dir` content the oneshot has not applied: a new or updated file, or
+/// one removed. A label, owner or mode fix ("fix ...") changes nothing the oneshot reads.
+fn applies(change: &Change, dir: &str) -> bool {
+    change.what.contains(dir) && !change.what.starts_with("fix ")
+}
+
 /// Host files kubelet and the CNI depend on: kernel modules, sysctls, logind's inhibitor delay
 /// for graceful node shutdown, the directories kubelet mounts, and on FCOS with flannel the
 /// `.link` file that keeps udev from replacing flannel's MAC.
@@ -139,7 +145,7 @@ impl Step for NodeFiles {
             let set = Self::set(cx);
             let mut changes = set.changes(cx)?;
             for (dir, unit, marker) in APPLIED_BY {
-                if changes.iter().any(|c| c.what.contains(dir)) || cx.root.path(marker).exists() {
+                if changes.iter().any(|c| applies(c, dir)) || cx.root.path(marker).exists() {
                     changes.push(Change::new(
                         format!("restart {unit}"),
                         format!("so the new {dir} file takes effect now, not at the next boot"),
@@ -162,7 +168,7 @@ impl Step for NodeFiles {
             let set = Self::set(cx);
             let changes = set.changes(cx)?;
             for (dir, _, marker) in APPLIED_BY {
-                if changes.iter().any(|c| c.what.contains(dir)) {
+                if changes.iter().any(|c| applies(c, dir)) {
                     cx.writer()
                         .write(&FileSpec::new(marker, "pending\n", 0o600))
                         .with_context(|| format!("recording the restart {dir} needs"))?;
@@ -186,5 +192,30 @@ impl Step for NodeFiles {
             Ok(())
         }
         .boxed()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_new_updated_or_removed_content_owes_the_oneshot_a_restart() {
+        let c = |what: &str| Change::new(what, "x");
+        let dir = "/etc/sysctl.d";
+        for owed in [
+            "write /etc/sysctl.d/50-nodectl.conf (0644)",
+            "update /etc/sysctl.d/50-nodectl.conf",
+            "remove /etc/sysctl.d/50-nodectl.conf",
+        ] {
+            assert!(applies(&c(owed), dir), "{owed}");
+        }
+        for not in [
+            "fix /etc/sysctl.d/50-nodectl.conf",
+            "fix directory /etc/sysctl.d",
+            "write /etc/modules-load.d/nodectl.conf (0644)",
+        ] {
+            assert!(!applies(&c(not), dir), "{not}");
+        }
     }
 }
