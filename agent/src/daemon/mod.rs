@@ -49,8 +49,8 @@ pub struct Options {
     pub debounce: Duration,
 }
 
-/// How long after a pass nodectld gives back memory freed by work that outlived the pass, and
-/// unmaps the code the pass ran (`memory::release_code`).
+/// How long after a pass (the first since the last trim) nodectld gives back memory freed by
+/// work that outlived the pass, and unmaps the code it ran (`memory::release_code`).
 const LATE_TRIM: Duration = Duration::from_secs(10);
 
 /// The signals that stop nodectld or ask for a pass.
@@ -167,6 +167,9 @@ async fn converge_loop(
     let mut reboots = None;
     let mut checks = Checks::default();
     let mut reporter = node_status::Reporter::default();
+    // When the late trim is due: LATE_TRIM after the first pass since the last one, so passes
+    // coming more often (a request backing off) do not put it off for good.
+    let mut trim_at = None;
     for n in 1u64.. {
         // Watches first, so an input arriving while the pass runs still wakes the next one.
         let loaded =
@@ -184,7 +187,12 @@ async fn converge_loop(
         }
         checks.follow(root, settings.as_ref(), &passes.shared);
         reporter.follow(root, settings.as_ref(), &passes.shared);
-        let Some(t) = next_trigger(opts, recheck, watcher, signals, rx).await else {
+        // Between passes nodectld runs little code: what this pass ran is unmapped now (minor
+        // faults bring it back for the next), and once more by the late trim, after the work
+        // that outlives a pass (a background request, a condition report).
+        crate::memory::release_code();
+        trim_at.get_or_insert_with(|| tokio::time::Instant::now() + LATE_TRIM);
+        let Some(t) = next_trigger(opts, recheck, watcher, signals, rx, &mut trim_at).await else {
             break;
         };
         trigger = t;
@@ -198,17 +206,17 @@ async fn converge_loop(
 }
 
 /// Waits for the next reason to run, without polling, then lets a burst settle (more events in
-/// the debounce window fold into this pass). Once, a few seconds after the pass, gives back what
-/// work that outlived it freed. `None`: stop.
+/// the debounce window fold into this pass). At `trim_at`, gives back what work that outlived a
+/// pass freed. `None`: stop.
 async fn next_trigger(
     opts: &Options,
     recheck: Option<Duration>,
     watcher: &mut watcher::Watcher,
     signals: &mut Signals,
     rx: &mut mpsc::UnboundedReceiver<Trigger>,
+    trim_at: &mut Option<tokio::time::Instant>,
 ) -> Option<Trigger> {
     let resync_at = tokio::time::Instant::now() + recheck.unwrap_or(opts.resync);
-    let mut trim_at = Some(tokio::time::Instant::now() + LATE_TRIM);
     let next = loop {
         tokio::select! {
             t = rx.recv() => break t,
@@ -223,7 +231,7 @@ async fn next_trigger(
                 crate::memory::release_freed();
                 let code = crate::memory::release_code();
                 tracing::debug!(bytes = code, "idle: freed memory and unused code pages given back");
-                trim_at = None;
+                *trim_at = None;
             }
         }
     };

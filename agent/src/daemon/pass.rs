@@ -65,10 +65,6 @@ impl Passes {
         super::metrics::write(&self.root, &self.shared).await;
         self.shared.changed.notify_one();
         notify(&[NotifyState::Ready, NotifyState::Status(&line)]);
-        // Between passes nodectld runs little code: what this pass ran is unmapped now (a few
-        // minor faults bring it back for the next; the late trim repeats this once background
-        // work is done).
-        crate::memory::release_code();
         recheck
     }
 
