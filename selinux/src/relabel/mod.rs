@@ -5,7 +5,8 @@
 //! and reports unreadable entries per path instead of stopping. The hot path is one `lgetxattr`
 //! per entry compared byte for byte with the target (what `lgetfilecon_raw` reads, without its
 //! allocations), and one `lsetxattr` where it differs (what `lsetfilecon_raw` writes), split
-//! across the machine's cores.
+//! across the machine's cores; in a directory whose labels differ run after run, the rest is
+//! written without the read (`BLIND_AFTER`).
 //!
 //! [`Tracker`] is what the daemon keeps between passes: after one full scan it watches the tree's
 //! directories with inotify (a label change raises `IN_ATTRIB`, a new entry `IN_CREATE` or
