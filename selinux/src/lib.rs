@@ -299,7 +299,7 @@ impl Labeler {
     }
 
     /// Looks up now the default labels of `paths` (node path, `st_mode` file type bits) that
-    /// are not cached yet: when they span [`WHOLE_AT`] file_contexts subsets or more, one
+    /// are not cached yet: when they span `WHOLE_AT` file_contexts subsets or more, one
     /// handle on the whole database answers them all and the later lookups of this labeler
     /// (each subset open reads the whole policy file again: a node's first pass needs about
     /// seven, 550 ms under QEMU TCG, the whole database 100-320 ms; issue 18). Fewer are left to
