@@ -13,55 +13,102 @@ pub(crate) fn release_freed() {
     }
 }
 
-/// Unmaps nodectld's own machine code from its address space (`MADV_DONTNEED` on the
-/// executable's `r-x` mapping, found as the one holding this function): the pages stay in the
-/// page cache, so the next pass maps back what it runs with minor faults (no read from disk),
-/// and idle RSS is what idling touches instead of everything the busiest pass ran (with
-/// fault-around most of the 5 MB of code: the VM benchmark's idle RSS was 8.5-9.5 MiB against
-/// a target of 8, issue 18). Code is never written, so nothing is lost: the kernel drops these
-/// pages the same way under memory pressure. Shared libraries and writable mappings (relocated
-/// data) are left alone. Returns the bytes of the mapping (0 when it was not found).
+/// Unmaps nodectld's own code and read-only data from its address space (`MADV_DONTNEED` on
+/// the binary's `r-x` and `r--` mappings that hold no private page): the pages stay in the page
+/// cache, so the next pass maps back what it uses with minor faults (no read from disk), and
+/// idle RSS is what idling touches instead of everything the busiest pass ran (with
+/// fault-around most of the 5 MB of code and 2 MB of read-only data: the VM benchmark's idle
+/// RSS was 8.5-9.5 MiB against a target of 8, issue 18). These pages are never written, so
+/// nothing is lost: the kernel drops them the same way under memory pressure. A read-only
+/// mapping with private (anonymous) pages is left alone: that is the relocated data the loader
+/// made read-only afterwards (RELRO), which exists nowhere else. So are shared libraries and
+/// writable mappings. Returns the bytes released.
 pub(crate) fn release_code() -> usize {
-    let here = release_code as fn() -> usize as usize;
-    let Some((start, end)) = code_mapping(here) else {
-        return 0;
-    };
-    // SAFETY: [start, end) is a private, read-only, executable file mapping of this process's
-    // own binary (never written, so never a copy-on-write page): MADV_DONTNEED only drops its
-    // page table entries and later accesses fault the same file pages back in.
-    let rc = unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED) };
-    if rc == 0 {
-        end - start
-    } else {
-        0
-    }
-}
-
-/// The `r-xp` file mapping of `/proc/self/maps` that holds address `addr`.
-fn code_mapping(addr: usize) -> Option<(usize, usize)> {
     use std::io::Read;
-    // A bounded read: nodectld has a few dozen mappings (~100 bytes each).
-    let mut text = String::new();
-    std::fs::File::open("/proc/self/maps")
-        .ok()?
-        .take(1 << 20)
-        .read_to_string(&mut text)
-        .ok()?;
-    text.lines().find_map(|l| parse_code_mapping(l, addr))
+    let here = release_code as fn() -> usize as usize;
+    // A bounded read: nodectld has a few dozen mappings (~1 kB each in smaps).
+    let mut smaps = String::new();
+    let read = std::fs::File::open("/proc/self/smaps")
+        .and_then(|f| f.take(4 << 20).read_to_string(&mut smaps));
+    if read.is_err() {
+        return 0;
+    }
+    let mut released = 0;
+    for (start, end) in releasable(&smaps, here) {
+        // SAFETY: [start, end) is a private, read-only file mapping of this process's own
+        // binary without a private page (smaps said `Anonymous: 0 kB`, and a read-only mapping
+        // gains none): MADV_DONTNEED only drops its page table entries, and later accesses
+        // fault the same file pages back in.
+        let rc =
+            unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED) };
+        if rc == 0 {
+            released += end - start;
+        }
+    }
+    released
 }
 
-/// One `/proc/<pid>/maps` line, when it is a private read-only executable file mapping
-/// holding `addr`.
-fn parse_code_mapping(line: &str, addr: usize) -> Option<(usize, usize)> {
-    let mut f = line.split_whitespace();
-    let (range, perms) = (f.next()?, f.next()?);
-    let inode = f.nth(2)?;
-    let (a, b) = range.split_once('-')?;
-    let (a, b) = (
-        usize::from_str_radix(a, 16).ok()?,
-        usize::from_str_radix(b, 16).ok()?,
-    );
-    (perms == "r-xp" && inode != "0" && a <= addr && addr < b && a < b).then_some((a, b))
+/// One mapping of `/proc/<pid>/smaps`: its range, permissions, path and anonymous kB.
+struct Mapping<'a> {
+    start: usize,
+    end: usize,
+    perms: &'a str,
+    path: &'a str,
+    anonymous_kb: Option<u64>,
+}
+
+fn mappings(smaps: &str) -> Vec<Mapping<'_>> {
+    let mut out: Vec<Mapping<'_>> = Vec::new();
+    for line in smaps.lines() {
+        if let Some(kb) = line.strip_prefix("Anonymous:") {
+            if let Some(m) = out.last_mut() {
+                m.anonymous_kb = kb.split_whitespace().next().and_then(|v| v.parse().ok());
+            }
+            continue;
+        }
+        // A mapping's first line: `start-end perms offset dev inode [path]`.
+        let mut f = line.splitn(6, ' ');
+        let (Some(range), Some(perms)) = (f.next(), f.next()) else {
+            continue;
+        };
+        let Some((a, b)) = range.split_once('-') else {
+            continue;
+        };
+        let (Ok(start), Ok(end)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16))
+        else {
+            continue;
+        };
+        let path = f.nth(3).unwrap_or("").trim();
+        out.push(Mapping {
+            start,
+            end,
+            perms,
+            path,
+            anonymous_kb: None,
+        });
+    }
+    out
+}
+
+/// The mappings [`release_code`] may drop: those of the file that holds `addr` (this binary),
+/// private and read-only (`r-xp`, `r--p`), with `Anonymous: 0 kB`.
+fn releasable(smaps: &str, addr: usize) -> Vec<(usize, usize)> {
+    let maps = mappings(smaps);
+    let Some(own) = maps
+        .iter()
+        .find(|m| m.start <= addr && addr < m.end && m.perms == "r-xp" && m.path.starts_with('/'))
+    else {
+        return Vec::new();
+    };
+    maps.iter()
+        .filter(|m| {
+            m.path == own.path
+                && matches!(m.perms, "r-xp" | "r--p")
+                && m.anonymous_kb == Some(0)
+                && m.start < m.end
+        })
+        .map(|m| (m.start, m.end))
+        .collect()
 }
 
 /// No transparent huge pages for this process (`PR_SET_THP_DISABLE`, inherited by threads):
@@ -124,62 +171,90 @@ mod tests {
         super::release_freed();
     }
 
+    /// The resident kB of the mappings `ranges` in this process's smaps.
+    fn resident_of(ranges: &[(usize, usize)]) -> u64 {
+        let s = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        ranges
+            .iter()
+            .map(|(a, b)| {
+                let at = s
+                    .find(&format!("{a:x}-{b:x} "))
+                    .expect("the mapping in smaps");
+                s[at..]
+                    .lines()
+                    .find_map(|l| l.strip_prefix("Rss:"))
+                    .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+                    .unwrap()
+            })
+            .sum()
+    }
+
     #[test]
     fn this_process_gives_back_its_code_and_runs_on() {
-        let code = super::code_mapping(super::release_code as fn() -> usize as usize)
-            .expect("the test binary's code");
-        assert!(code.1 - code.0 > 4096, "{code:x?}");
-        // Every page of the code mapping touched, so it is resident.
-        let resident = || {
-            let s = std::fs::read_to_string("/proc/self/smaps").unwrap();
-            let head = format!("{:x}-{:x} ", code.0, code.1);
-            let at = s.find(&head).expect("the code mapping in smaps");
-            s[at..]
-                .lines()
-                .find_map(|l| l.strip_prefix("Rss:"))
-                .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
-                .unwrap()
+        let here = super::release_code as fn() -> usize as usize;
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        let ranges = super::releasable(&smaps, here);
+        assert!(
+            ranges.iter().any(|(a, b)| *a <= here && here < *b),
+            "the code mapping: {ranges:x?}"
+        );
+        // Every page touched, so all are resident.
+        let touch = || -> u64 {
+            ranges
+                .iter()
+                .flat_map(|(a, b)| (*a..*b).step_by(4096))
+                .map(|p| unsafe { std::ptr::read_volatile(p as *const u8) } as u64)
+                .sum()
         };
-        let sum: u64 = (code.0..code.1)
-            .step_by(4096)
-            .map(|p| unsafe { std::ptr::read_volatile(p as *const u8) } as u64)
-            .sum();
-        let before = resident();
-        assert_eq!(super::release_code(), code.1 - code.0);
-        let after = resident();
+        let sum = touch();
+        let before = resident_of(&ranges);
+        let released = super::release_code();
+        assert!(released >= ranges.iter().map(|(a, b)| b - a).sum::<usize>());
+        let after = resident_of(&ranges);
         assert!(
             after < before / 2,
-            "resident code {before} kB before, {after} kB after"
+            "resident {before} kB before, {after} kB after"
         );
         // and the same bytes come back: code runs on
-        let again: u64 = (code.0..code.1)
-            .step_by(4096)
-            .map(|p| unsafe { std::ptr::read_volatile(p as *const u8) } as u64)
-            .sum();
-        assert_eq!(sum, again);
+        assert_eq!(sum, touch());
         assert!(super::resident().is_some());
     }
 
     #[test]
-    fn only_a_private_executable_file_mapping_holding_the_address_is_code() {
-        let line = "55d0c0a00000-55d0c0f00000 r-xp 00044000 fd:01 1234 /usr/bin/nodectld";
+    fn only_the_binarys_read_only_mappings_without_private_pages_are_released() {
+        let smaps = "\
+55d0c0000000-55d0c0229000 r--p 00000000 fd:01 1234                       /usr/bin/nodectld
+Rss:                1200 kB
+Anonymous:             0 kB
+55d0c0229000-55d0c0702000 r-xp 00228000 fd:01 1234                       /usr/bin/nodectld
+Rss:                4000 kB
+Anonymous:             0 kB
+55d0c0702000-55d0c0752000 r--p 00700000 fd:01 1234                       /usr/bin/nodectld
+Rss:                 316 kB
+Anonymous:           316 kB
+55d0c0752000-55d0c0755000 rw-p 0074f000 fd:01 1234                       /usr/bin/nodectld
+Anonymous:            12 kB
+7f0000000000-7f0000100000 r-xp 00028000 fd:01 99                         /usr/lib/x86_64-linux-gnu/libc.so.6
+Anonymous:             0 kB
+7f0000200000-7f0000300000 r-xp 00000000 00:00 0
+Anonymous:             0 kB
+";
         assert_eq!(
-            super::parse_code_mapping(line, 0x55d0c0a00010),
-            Some((0x55d0c0a00000, 0x55d0c0f00000))
+            super::releasable(smaps, 0x55d0c0300000),
+            [
+                (0x55d0c0000000, 0x55d0c0229000),
+                (0x55d0c0229000, 0x55d0c0702000)
+            ]
         );
-        assert_eq!(super::parse_code_mapping(line, 0x55d0c0f00000), None);
-        for other in [
-            "55d0c0a00000-55d0c0f00000 rw-p 00044000 fd:01 1234 /usr/bin/nodectld",
-            "55d0c0a00000-55d0c0f00000 r-xs 00044000 fd:01 1234 /usr/bin/nodectld",
-            "55d0c0a00000-55d0c0f00000 r-xp 00000000 00:00 0",
-            "garbage",
-        ] {
-            assert_eq!(
-                super::parse_code_mapping(other, 0x55d0c0a00010),
-                None,
-                "{other}"
-            );
-        }
+        // an address outside the binary's code: nothing
+        assert!(super::releasable(smaps, 0x7f0000200010).is_empty());
+        assert!(super::releasable(smaps, 0x55d0c0000010).is_empty());
+        // a read-only mapping whose private pages smaps does not report is kept
+        let no_anon = smaps.replacen("Anonymous:             0 kB\n", "", 1);
+        assert_eq!(
+            super::releasable(&no_anon, 0x55d0c0300000),
+            [(0x55d0c0229000, 0x55d0c0702000)]
+        );
     }
 
     #[test]
