@@ -135,6 +135,17 @@ fn the_files_systemd_applies_at_boot_ship_as_nodectld_writes_them() {
             Some(sysctl_conf(fcos).as_str()),
             "{name}: {SYSCTL_FILE}"
         );
+        // Ignition fails its files stage on a file that exists unless told to overwrite it
+        let doc: serde_yaml::Value = serde_yaml::from_str(&bu).unwrap();
+        for path in [MODULES_LOAD_FILE, SYSCTL_FILE] {
+            let entry = doc["storage"]["files"]
+                .as_sequence()
+                .unwrap()
+                .iter()
+                .find(|f| f["path"].as_str() == Some(path))
+                .unwrap();
+            assert_eq!(entry["overwrite"].as_bool(), Some(true), "{name}: {path}");
+        }
     }
     // and a difference is caught: FCOS's sysctls are not Flatcar's
     let bu = rendered(&repo().join("packaging/butane/flatcar-worker.bu"));
