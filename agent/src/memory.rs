@@ -48,25 +48,50 @@ pub(crate) fn release_code() -> usize {
     released
 }
 
-/// One mapping of `/proc/<pid>/smaps`: its range, permissions, path and anonymous kB.
+/// One mapping of `/proc/<pid>/smaps`: its range, permissions, path, and the kB of private
+/// pages it holds in memory (`Anonymous:`) and on swap (`Swap:`).
 struct Mapping<'a> {
     start: usize,
     end: usize,
     perms: &'a str,
     path: &'a str,
     anonymous_kb: Option<u64>,
+    swap_kb: Option<u64>,
 }
 
 fn mappings(smaps: &str) -> Vec<Mapping<'_>> {
     let mut out: Vec<Mapping<'_>> = Vec::new();
+    // Whether the last header line parsed: a `Key:` line belongs to it only then (a line this
+    // parser does not understand never lends its values to the mapping before it).
+    let mut current = false;
     for line in smaps.lines() {
-        if let Some(kb) = line.strip_prefix("Anonymous:") {
-            if let Some(m) = out.last_mut() {
-                m.anonymous_kb = kb.split_whitespace().next().and_then(|v| v.parse().ok());
+        let kb = |key: &str| -> Option<Option<u64>> {
+            let v = line.strip_prefix(key)?;
+            Some(v.split_whitespace().next().and_then(|v| v.parse().ok()))
+        };
+        if let Some(v) = kb("Anonymous:") {
+            if let (true, Some(m)) = (current, out.last_mut()) {
+                m.anonymous_kb = if m.anonymous_kb.is_none() { v } else { None };
             }
             continue;
         }
-        // A mapping's first line: `start-end perms offset dev inode [path]`.
+        if let Some(v) = kb("Swap:") {
+            if let (true, Some(m)) = (current, out.last_mut()) {
+                m.swap_kb = if m.swap_kb.is_none() { v } else { None };
+            }
+            continue;
+        }
+        // Another `Key: value` line of the current mapping.
+        if line
+            .split_whitespace()
+            .next()
+            .is_some_and(|k| k.ends_with(':'))
+        {
+            continue;
+        }
+        // A mapping's first line: `start-end perms offset dev inode [path]`; anything else
+        // ends the current mapping.
+        current = false;
         let mut f = line.splitn(6, ' ');
         let (Some(range), Some(perms)) = (f.next(), f.next()) else {
             continue;
@@ -85,13 +110,16 @@ fn mappings(smaps: &str) -> Vec<Mapping<'_>> {
             perms,
             path,
             anonymous_kb: None,
+            swap_kb: None,
         });
+        current = true;
     }
     out
 }
 
 /// The mappings [`release_code`] may drop: those of the file that holds `addr` (this binary),
-/// private and read-only (`r-xp`, `r--p`), with `Anonymous: 0 kB`.
+/// private and read-only (`r-xp`, `r--p`), with no private page in memory (`Anonymous: 0 kB`)
+/// nor on swap (`Swap: 0 kB`: a relocated RELRO page swapped out is private data too).
 fn releasable(smaps: &str, addr: usize) -> Vec<(usize, usize)> {
     let maps = mappings(smaps);
     let Some(own) = maps
@@ -105,6 +133,7 @@ fn releasable(smaps: &str, addr: usize) -> Vec<(usize, usize)> {
             m.path == own.path
                 && matches!(m.perms, "r-xp" | "r--p")
                 && m.anonymous_kb == Some(0)
+                && m.swap_kb == Some(0)
                 && m.start < m.end
         })
         .map(|m| (m.start, m.end))
@@ -226,18 +255,24 @@ mod tests {
 55d0c0000000-55d0c0229000 r--p 00000000 fd:01 1234                       /usr/bin/nodectld
 Rss:                1200 kB
 Anonymous:             0 kB
+Swap:                  0 kB
 55d0c0229000-55d0c0702000 r-xp 00228000 fd:01 1234                       /usr/bin/nodectld
 Rss:                4000 kB
 Anonymous:             0 kB
+Swap:                  0 kB
 55d0c0702000-55d0c0752000 r--p 00700000 fd:01 1234                       /usr/bin/nodectld
 Rss:                 316 kB
 Anonymous:           316 kB
+Swap:                  0 kB
 55d0c0752000-55d0c0755000 rw-p 0074f000 fd:01 1234                       /usr/bin/nodectld
 Anonymous:            12 kB
+Swap:                  0 kB
 7f0000000000-7f0000100000 r-xp 00028000 fd:01 99                         /usr/lib/x86_64-linux-gnu/libc.so.6
 Anonymous:             0 kB
+Swap:                  0 kB
 7f0000200000-7f0000300000 r-xp 00000000 00:00 0
 Anonymous:             0 kB
+Swap:                  0 kB
 ";
         assert_eq!(
             super::releasable(smaps, 0x55d0c0300000),
@@ -254,6 +289,31 @@ Anonymous:             0 kB
         assert_eq!(
             super::releasable(&no_anon, 0x55d0c0300000),
             [(0x55d0c0229000, 0x55d0c0702000)]
+        );
+        // RELRO with its private pages all on swap shows Anonymous 0: kept
+        let swapped = smaps.replace(
+            "Anonymous:           316 kB\nSwap:                  0 kB",
+            "Anonymous:             0 kB\nSwap:                316 kB",
+        );
+        assert_eq!(
+            super::releasable(&swapped, 0x55d0c0300000),
+            [
+                (0x55d0c0000000, 0x55d0c0229000),
+                (0x55d0c0229000, 0x55d0c0702000)
+            ]
+        );
+        // a line the parser does not understand never lends a value to the mapping before it
+        let garbled = smaps.replacen(
+            "Rss:                 316 kB\nAnonymous:           316 kB",
+            "Rss:                 316 kB\n?? garbled\nAnonymous:             0 kB",
+            1,
+        );
+        assert_eq!(
+            super::releasable(&garbled, 0x55d0c0300000),
+            [
+                (0x55d0c0000000, 0x55d0c0229000),
+                (0x55d0c0229000, 0x55d0c0702000)
+            ]
         );
     }
 
