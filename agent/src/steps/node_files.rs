@@ -33,10 +33,11 @@ const APPLIED_BY: [(&str, &str, &str); 2] = [
     ),
 ];
 
-/// `change` gives a file in `dir` content the oneshot has not applied: a new or updated file, or
-/// one removed. A label, owner or mode fix ("fix ...") changes nothing the oneshot reads.
+/// `change` may change what the oneshot applies: a new, updated or removed file in `dir`, or a
+/// label fix (a wrong label may be why the oneshot could not read the file at boot). An owner or
+/// mode fix alone changes nothing for it (it reads as root).
 fn applies(change: &Change, dir: &str) -> bool {
-    change.what.contains(dir) && !change.what.starts_with("fix ")
+    change.what.contains(dir) && (!change.what.starts_with("fix ") || change.why.contains("label"))
 }
 
 /// Host files kubelet and the CNI depend on: kernel modules, sysctls, logind's inhibitor delay
@@ -200,22 +201,26 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_new_updated_or_removed_content_owes_the_oneshot_a_restart() {
-        let c = |what: &str| Change::new(what, "x");
+    fn new_content_or_a_label_fix_owes_the_oneshot_a_restart_a_mode_or_owner_fix_does_not() {
+        let c = |what: &str, why: &str| Change::new(what, why);
         let dir = "/etc/sysctl.d";
-        for owed in [
-            "write /etc/sysctl.d/50-nodectl.conf (0644)",
-            "update /etc/sysctl.d/50-nodectl.conf",
-            "remove /etc/sysctl.d/50-nodectl.conf",
+        for (what, why) in [
+            ("write /etc/sysctl.d/50-nodectl.conf (0644)", "missing"),
+            ("update /etc/sysctl.d/50-nodectl.conf", "content differs"),
+            ("remove /etc/sysctl.d/50-nodectl.conf", "no longer wanted"),
+            (
+                "fix /etc/sysctl.d/50-nodectl.conf",
+                "label system_u:object_r:var_t:s0 -> system_u:object_r:etc_t:s0",
+            ),
         ] {
-            assert!(applies(&c(owed), dir), "{owed}");
+            assert!(applies(&c(what, why), dir), "{what}: {why}");
         }
-        for not in [
-            "fix /etc/sysctl.d/50-nodectl.conf",
-            "fix directory /etc/sysctl.d",
-            "write /etc/modules-load.d/nodectl.conf (0644)",
+        for (what, why) in [
+            ("fix /etc/sysctl.d/50-nodectl.conf", "mode 0600 -> 0644"),
+            ("fix directory /etc/sysctl.d", "owner 1000:0 -> 0:0"),
+            ("write /etc/modules-load.d/nodectl.conf (0644)", "missing"),
         ] {
-            assert!(!applies(&c(not), dir), "{not}");
+            assert!(!applies(&c(what, why), dir), "{what}: {why}");
         }
     }
 }
