@@ -87,9 +87,6 @@ async fn the_condition_follows_the_steps_and_beats_as_configured() {
     .unwrap();
     let up = until_condition(&api, "True", |c| c["status"] == "True").await;
     assert_eq!(up["reason"], "Converged");
-    for (user, method, path) in node_requests(&api) {
-        assert_eq!(user, "system:node:w1", "{method} {path} sent as {user}");
-    }
     // The annotations follow in the report's second request (the condition is patched on the
     // status subresource first): wait for that one too.
     let start = Instant::now();
@@ -100,6 +97,9 @@ async fn the_condition_follows_the_steps_and_beats_as_configured() {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
+    for (user, method, path) in node_requests(&api) {
+        assert_eq!(user, "system:node:w1", "{method} {path} sent as {user}");
+    }
     assert_eq!(
         annotations["nodectl.io/reboot-state"], "idle",
         "{annotations}"
