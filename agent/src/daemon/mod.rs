@@ -191,10 +191,8 @@ async fn converge_loop(
         // faults bring it back for the next), and once more by the late trim, after the work
         // that outlives a pass (a background request, a condition report).
         crate::memory::release_code();
-        let passed = tokio::time::Instant::now();
-        trim_at.get_or_insert(passed + LATE_TRIM);
-        let Some(t) = next_trigger(opts, recheck, watcher, signals, rx, &mut trim_at, passed).await
-        else {
+        trim_at.get_or_insert_with(|| tokio::time::Instant::now() + LATE_TRIM);
+        let Some(t) = next_trigger(opts, recheck, watcher, signals, rx, &mut trim_at).await else {
             break;
         };
         trigger = t;
@@ -209,7 +207,7 @@ async fn converge_loop(
 
 /// Waits for the next reason to run, without polling, then lets a burst settle (more events in
 /// the debounce window fold into this pass). At `trim_at`, gives back what work that outlived a
-/// pass freed (`passed`: when the last pass ended). `None`: stop.
+/// pass freed. `None`: stop.
 async fn next_trigger(
     opts: &Options,
     recheck: Option<Duration>,
@@ -217,7 +215,6 @@ async fn next_trigger(
     signals: &mut Signals,
     rx: &mut mpsc::UnboundedReceiver<Trigger>,
     trim_at: &mut Option<tokio::time::Instant>,
-    passed: tokio::time::Instant,
 ) -> Option<Trigger> {
     let resync_at = tokio::time::Instant::now() + recheck.unwrap_or(opts.resync);
     let next = loop {
@@ -234,10 +231,7 @@ async fn next_trigger(
                 crate::memory::release_freed();
                 let code = crate::memory::release_code();
                 tracing::debug!(bytes = code, "idle: freed memory and unused code pages given back");
-                // Once more LATE_TRIM after the last pass, if that is later (what its own
-                // background work frees and runs), then not again until the next pass.
-                let after_last = passed + LATE_TRIM;
-                *trim_at = (tokio::time::Instant::now() < after_last).then_some(after_last);
+                *trim_at = None;
             }
         }
     };
