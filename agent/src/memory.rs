@@ -65,19 +65,19 @@ fn mappings(smaps: &str) -> Vec<Mapping<'_>> {
     // parser does not understand never lends its values to the mapping before it).
     let mut current = false;
     for line in smaps.lines() {
-        let kb = |key: &str| -> Option<Option<u64>> {
-            let v = line.strip_prefix(key)?;
-            Some(v.split_whitespace().next().and_then(|v| v.parse().ok()))
-        };
-        if let Some(v) = kb("Anonymous:") {
+        // The two counts read: a key seen twice for one mapping leaves its count unknown.
+        if let Some((swap, v)) = [("Anonymous:", false), ("Swap:", true)]
+            .into_iter()
+            .find_map(|(key, swap)| Some((swap, line.strip_prefix(key)?)))
+        {
+            let v = v.split_whitespace().next().and_then(|v| v.parse().ok());
             if let (true, Some(m)) = (current, out.last_mut()) {
-                m.anonymous_kb = if m.anonymous_kb.is_none() { v } else { None };
-            }
-            continue;
-        }
-        if let Some(v) = kb("Swap:") {
-            if let (true, Some(m)) = (current, out.last_mut()) {
-                m.swap_kb = if m.swap_kb.is_none() { v } else { None };
+                let count = if swap {
+                    &mut m.swap_kb
+                } else {
+                    &mut m.anonymous_kb
+                };
+                *count = if count.is_none() { v } else { None };
             }
             continue;
         }
@@ -274,13 +274,12 @@ Swap:                  0 kB
 Anonymous:             0 kB
 Swap:                  0 kB
 ";
-        assert_eq!(
-            super::releasable(smaps, 0x55d0c0300000),
-            [
-                (0x55d0c0000000, 0x55d0c0229000),
-                (0x55d0c0229000, 0x55d0c0702000)
-            ]
-        );
+        // the binary's read-only data and its code
+        let both = [
+            (0x55d0c0000000, 0x55d0c0229000),
+            (0x55d0c0229000, 0x55d0c0702000),
+        ];
+        assert_eq!(super::releasable(smaps, 0x55d0c0300000), both);
         // an address outside the binary's code: nothing
         assert!(super::releasable(smaps, 0x7f0000200010).is_empty());
         assert!(super::releasable(smaps, 0x55d0c0000010).is_empty());
@@ -295,26 +294,14 @@ Swap:                  0 kB
             "Anonymous:           316 kB\nSwap:                  0 kB",
             "Anonymous:             0 kB\nSwap:                316 kB",
         );
-        assert_eq!(
-            super::releasable(&swapped, 0x55d0c0300000),
-            [
-                (0x55d0c0000000, 0x55d0c0229000),
-                (0x55d0c0229000, 0x55d0c0702000)
-            ]
-        );
+        assert_eq!(super::releasable(&swapped, 0x55d0c0300000), both);
         // a line the parser does not understand never lends a value to the mapping before it
         let garbled = smaps.replacen(
             "Rss:                 316 kB\nAnonymous:           316 kB",
             "Rss:                 316 kB\n?? garbled\nAnonymous:             0 kB",
             1,
         );
-        assert_eq!(
-            super::releasable(&garbled, 0x55d0c0300000),
-            [
-                (0x55d0c0000000, 0x55d0c0229000),
-                (0x55d0c0229000, 0x55d0c0702000)
-            ]
-        );
+        assert_eq!(super::releasable(&garbled, 0x55d0c0300000), both);
     }
 
     #[test]
