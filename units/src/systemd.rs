@@ -41,18 +41,8 @@ pub enum SystemdError {
 
 type Result<T> = std::result::Result<T, SystemdError>;
 
-/// A crash point after a call systemd has carried out (feature `failpoints`: the crash
-/// campaign aborts the process here, the reply read and nothing yet recorded of it).
-#[cfg(feature = "failpoints")]
-macro_rules! crash_point {
-    ($name:literal) => {
-        fail::fail_point!($name, |_| { std::process::abort() })
-    };
-}
-#[cfg(not(feature = "failpoints"))]
-macro_rules! crash_point {
-    ($name:literal) => {};
-}
+// `crash_point!` (lib.rs) after each call systemd has carried out (feature `failpoints`: the
+// crash campaign aborts the process there, the reply read and nothing yet recorded of it).
 
 fn bus(context: impl Into<String>) -> impl FnOnce(zbus::Error) -> SystemdError {
     let context = context.into();

@@ -3,19 +3,8 @@
 
 pub mod bounded;
 
-/// A crash point: with the `failpoints` feature and FAILPOINTS naming it (action `return`),
-/// the process aborts here, as if killed at this instant (the crash campaign); nothing otherwise.
-#[cfg(feature = "failpoints")]
-macro_rules! crash_point {
-    ($name:literal) => {
-        fail::fail_point!($name, |_| { std::process::abort() })
-    };
-}
-#[cfg(not(feature = "failpoints"))]
-macro_rules! crash_point {
-    ($name:literal) => {};
-}
-pub(crate) use crash_point;
+/// A crash point (the crash campaign; `nodectl/failpoints` turns on `nodectl-units/failpoints`).
+pub(crate) use nodectl_units::crash_point;
 pub mod names;
 pub mod settled;
 pub mod time;
