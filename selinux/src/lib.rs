@@ -154,8 +154,9 @@ pub struct Labeler {
     /// file_contexts handles opened by this labeler, each loading only the entries that may
     /// match paths under its prefix (see [`subset_prefix`]).
     lookups: std::sync::Mutex<std::collections::HashMap<PathBuf, Option<std::sync::Arc<Lookup>>>>,
-    /// Time spent opening them.
+    /// Time spent opening them, and the prefixes they were opened for (`/` the whole database).
     opened_in: std::sync::Mutex<Option<std::time::Duration>>,
+    opened: std::sync::Mutex<Vec<PathBuf>>,
     /// The file_contexts files' identity when this labeler was made (None: not cacheable).
     stamp: Option<Stamp>,
 }
@@ -218,6 +219,7 @@ impl Labeler {
             skipped,
             lookups: Default::default(),
             opened_in: Default::default(),
+            opened: Default::default(),
             stamp,
         }
     }
@@ -254,6 +256,9 @@ impl Labeler {
         if let Ok(mut d) = self.opened_in.lock() {
             *d = Some(d.unwrap_or_default() + t.elapsed());
         }
+        if let Ok(mut o) = self.opened.lock() {
+            o.push(prefix.to_path_buf());
+        }
         map.insert(prefix.to_path_buf(), opened.clone());
         opened
     }
@@ -262,6 +267,11 @@ impl Labeler {
     /// process-wide cache); `None` when it opened none.
     pub fn opened_in(&self) -> Option<std::time::Duration> {
         *self.opened_in.lock().ok()?
+    }
+
+    /// The file_contexts subsets this labeler opened, by prefix (`/`: the whole database).
+    pub fn opened(&self) -> Vec<PathBuf> {
+        self.opened.lock().map(|o| o.clone()).unwrap_or_default()
     }
 
     /// `Some(reason)` when this labeler writes nothing.

@@ -29,6 +29,12 @@ pub(super) fn notify(states: &[NotifyState]) {
     }
 }
 
+/// The file_contexts subsets a labeler opened, for the log.
+pub(super) fn prefixes(opened: &[std::path::PathBuf]) -> String {
+    let v: Vec<String> = opened.iter().map(|p| p.display().to_string()).collect();
+    format!("subsets {}", v.join(", "))
+}
+
 fn applied(report: &Report) -> usize {
     report
         .steps
@@ -105,8 +111,9 @@ impl Passes {
         if let Some(t) = cx.labeler.opened_in() {
             tracing::debug!(
                 target: "nodectl::engine",
-                "file_contexts handle opened for a default label not cached yet ({:.1} ms)",
-                t.as_secs_f64() * 1e3
+                "file_contexts handle opened for a default label not cached yet ({:.1} ms; {})",
+                t.as_secs_f64() * 1e3,
+                prefixes(&cx.labeler.opened())
             );
         }
         let line = Status::summary(&report);

@@ -40,6 +40,7 @@ pub(crate) use kubelet_unit::KubeletUnit;
 pub(crate) use node_files::NodeFiles;
 pub(crate) use node_identity::{NodeIdentity, RESOLV_CONF};
 pub(crate) use relabel::Relabel;
+pub(crate) use secrets::warm_labels;
 pub(crate) use secrets::Secrets;
 
 use crate::engine::{Engine, Step};

@@ -8,7 +8,7 @@ use futures_util::future::BoxFuture;
 use futures_util::FutureExt;
 
 use super::fileset::FileSet;
-use crate::config::Role;
+use crate::config::{Role, Settings};
 use crate::engine::{Change, Cx, Observation, Step};
 use crate::fsio::{DirSpec, FileSpec};
 
@@ -122,6 +122,138 @@ impl Secrets {
     }
 }
 
+/// A controller's bundle as terraform-render-bootstrap writes it: the names of its `assets_dist`
+/// output (outputs.tf at e834a08, July 2026: auth.tf, tls-etcd.tf, tls-k8s.tf,
+/// tls-aggregation.tf; manifests.tf's `static-manifests/*` and `manifests/**` from
+/// resources/manifests, resources/coredns and resources/kube-proxy; conditional.tf's
+/// `manifests/network/*` from resources/flannel or resources/cilium), and Typhoon's
+/// `kubelet/kubeconfig`. Only what [`warm_labels`] looks up ahead: a bundle holding other names
+/// is placed the same, its labels looked up when it comes.
+const TYPHOON_RECORDS: &[&str] = &[
+    "auth/admin.conf",
+    "auth/controller-manager.conf",
+    "auth/scheduler.conf",
+    "tls/etcd/etcd-client-ca.crt",
+    "tls/etcd/etcd-client.crt",
+    "tls/etcd/etcd-client.key",
+    "tls/etcd/server-ca.crt",
+    "tls/etcd/server.crt",
+    "tls/etcd/server.key",
+    "tls/etcd/peer-ca.crt",
+    "tls/etcd/peer.crt",
+    "tls/etcd/peer.key",
+    "tls/k8s/ca.crt",
+    "tls/k8s/ca.key",
+    "tls/k8s/apiserver.crt",
+    "tls/k8s/apiserver.key",
+    "tls/k8s/service-account.pub",
+    "tls/k8s/service-account.key",
+    "tls/k8s/aggregation-ca.crt",
+    "tls/k8s/aggregation-client.crt",
+    "tls/k8s/aggregation-client.key",
+    "static-manifests/kube-apiserver.yaml",
+    "static-manifests/kube-controller-manager.yaml",
+    "static-manifests/kube-scheduler.yaml",
+    "manifests/bootstrap-cluster-role-binding.yaml",
+    "manifests/bootstrap-new-approve-cluster-role-binding.yaml",
+    "manifests/bootstrap-renew-approve-cluster-role-binding.yaml",
+    "manifests/bootstrap-token.yaml",
+    "manifests/in-cluster.yaml",
+    "manifests/kubeconfig-in-cluster.yaml",
+    "manifests/kubelet-delete-cluster-role-binding.yaml",
+    "manifests/kubelet-delete-cluster-role.yaml",
+    "manifests/coredns/cluster-role-binding.yaml",
+    "manifests/coredns/cluster-role.yaml",
+    "manifests/coredns/config.yaml",
+    "manifests/coredns/deployment.yaml",
+    "manifests/coredns/service-account.yaml",
+    "manifests/coredns/service.yaml",
+    "manifests/kube-proxy/kube-proxy-role-binding.yaml",
+    "manifests/kube-proxy/kube-proxy-sa.yaml",
+    "manifests/kube-proxy/kube-proxy.yaml",
+    "manifests/network/cluster-role-binding.yaml",
+    "manifests/network/cluster-role.yaml",
+    "manifests/network/config.yaml",
+    "manifests/network/daemonset.yaml",
+    "manifests/network/deployment.yaml",
+    "manifests/network/service-account.yaml",
+    "kubelet/kubeconfig",
+];
+
+const S_IFDIR: u32 = 0o040000;
+const S_IFREG: u32 = 0o100000;
+
+/// The default labels a controller's bundle pass asks for (node path, file type), when its
+/// records carry Typhoon's names: every directory and file the layout leaves at the policy's
+/// default (etcd's keys, the bootstrap manifests, the bootstrap kubeconfig) and the files the steps after `secrets` write in that pass (kubelet's CA and
+/// environment file).
+pub(crate) fn bundle_label_paths(settings: &Settings) -> Vec<(PathBuf, u32)> {
+    let records: Vec<super::bundle::Record> = TYPHOON_RECORDS
+        .iter()
+        .enumerate()
+        .map(|(i, r)| super::bundle::Record {
+            path: (*r).to_string(),
+            content: Vec::new(),
+            line: i + 1,
+        })
+        .collect();
+    let mut out: Vec<(PathBuf, u32)> = Vec::new();
+    let mut add = |p: &Path, kind: u32| {
+        if !out.iter().any(|(q, k)| q == p && *k == kind) {
+            out.push((p.to_path_buf(), kind));
+        }
+    };
+    if let Ok(plan) = super::bundle::plan(
+        &records,
+        super::bundle::TYPHOON_LAYOUT,
+        Role::Controller,
+        &settings.bootstrap_kubeconfig,
+        Path::new("(labels looked up ahead)"),
+    ) {
+        for d in plan.dirs.iter().filter(|d| d.label.is_none()) {
+            add(&d.dest, S_IFDIR);
+        }
+        for f in plan.files.iter().filter(|f| f.label.is_none()) {
+            add(&f.dest, S_IFREG);
+        }
+    }
+    for f in [super::kubelet::KUBELET_CA, super::kubelet::KUBELET_ENV] {
+        add(Path::new(f), S_IFREG);
+    }
+    out
+}
+
+/// While a controller waits for its bundle, looks up the default labels its pass will ask for
+/// ([`bundle_label_paths`]), so that pass opens no file_contexts handle: opening one and the
+/// first lookups cost 80-250 ms under QEMU TCG, on the way to kubelet's start (issue 18). The
+/// answers stay in the labeler's process-wide cache (a few dozen short strings, dropped when
+/// the policy's files change); the handles are closed before this returns. Does nothing on a
+/// worker, without SELinux, with a bundle already in the inbox (its pass is under way) or
+/// once the control plane's certificates are in place. Returns the subsets opened.
+pub(crate) fn warm_labels(
+    root: &crate::root::Root,
+    settings: &Settings,
+    labeler: &nodectl_selinux::Labeler,
+) -> Vec<PathBuf> {
+    if settings.role != Role::Controller
+        || labeler.skipped().is_some()
+        || root.path("/etc/kubernetes/pki/ca.crt").exists()
+    {
+        return Vec::new();
+    }
+    let inbox = root.path(&settings.secrets_inbox);
+    let pending = std::fs::read_dir(&inbox).is_ok_and(|mut d| {
+        d.any(|e| e.is_ok_and(|e| !e.file_name().to_string_lossy().starts_with('.')))
+    });
+    if pending {
+        return Vec::new();
+    }
+    for (p, kind) in bundle_label_paths(settings) {
+        labeler.default_for(&p, kind);
+    }
+    labeler.opened()
+}
+
 impl Step for Secrets {
     fn id(&self) -> &'static str {
         "secrets"
@@ -218,5 +350,90 @@ impl Step for Secrets {
             Ok(())
         }
         .boxed()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn controller() -> Settings {
+        let host = crate::host::Host::generic();
+        Settings::from_toml("[node]\nrole = \"controller\"\n", &host, "c1")
+    }
+
+    #[test]
+    fn typhoons_records_all_have_a_place_and_only_the_private_ones_are_looked_up_ahead() {
+        let s = controller();
+        // Every name terraform-render-bootstrap writes has a place on a controller: a name the
+        // layout refused would leave the whole list unplanned (and nothing looked up ahead).
+        let records: Vec<super::super::bundle::Record> = TYPHOON_RECORDS
+            .iter()
+            .map(|r| super::super::bundle::Record {
+                path: r.to_string(),
+                content: Vec::new(),
+                line: 1,
+            })
+            .collect();
+        let plan = super::super::bundle::plan(
+            &records,
+            super::super::bundle::TYPHOON_LAYOUT,
+            Role::Controller,
+            &s.bootstrap_kubeconfig,
+            Path::new("t"),
+        )
+        .expect("Typhoon's names plan on a controller");
+        assert_eq!(plan.files.len(), TYPHOON_RECORDS.len());
+
+        let paths = bundle_label_paths(&s);
+        let has = |p: &str, kind: u32| paths.contains(&(PathBuf::from(p), kind));
+        for (p, kind) in [
+            ("/etc/ssl/etcd", S_IFDIR),
+            ("/etc/ssl/etcd/etcd", S_IFDIR),
+            ("/etc/ssl/etcd/etcd/peer.key", S_IFREG),
+            ("/etc/ssl/etcd/etcd/server.crt", S_IFREG),
+            ("/opt/bootstrap/assets/manifests/coredns", S_IFDIR),
+            (
+                "/opt/bootstrap/assets/manifests/coredns/deployment.yaml",
+                S_IFREG,
+            ),
+            (
+                "/opt/bootstrap/assets/manifests/bootstrap-token.yaml",
+                S_IFREG,
+            ),
+            (super::super::kubelet::KUBELET_CA, S_IFREG),
+            (super::super::kubelet::KUBELET_ENV, S_IFREG),
+        ] {
+            assert!(
+                has(p, kind),
+                "{p} ({kind:o}) not looked up ahead: {paths:?}"
+            );
+        }
+        assert!(has(&s.bootstrap_kubeconfig.display().to_string(), S_IFREG));
+        // Shared files carry their label in the layout: nothing to look up.
+        assert!(
+            !paths
+                .iter()
+                .any(|(p, _)| p.starts_with("/etc/kubernetes/pki")
+                    || p.starts_with("/etc/kubernetes/manifests")),
+            "{paths:?}"
+        );
+        // Each (path, type) once.
+        let mut uniq = paths.clone();
+        uniq.sort();
+        uniq.dedup();
+        assert_eq!(uniq.len(), paths.len());
+    }
+
+    #[test]
+    fn nothing_is_looked_up_ahead_where_labels_are_skipped() {
+        let d = tempfile::tempdir().unwrap();
+        let root = crate::root::Root::new(d.path());
+        let host = crate::host::Host::generic();
+        // A scratch root: its labeler skips labels, so nothing is opened whatever the role.
+        let labeler = nodectl_selinux::Labeler::new(root.dir(), &host.selinux);
+        assert!(labeler.skipped().is_some());
+        assert!(warm_labels(&root, &controller(), &labeler).is_empty());
+        assert!(labeler.opened().is_empty());
     }
 }
