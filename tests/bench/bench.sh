@@ -67,15 +67,19 @@ clean_node() {
 # ticks, context switches (wakeups), passes, RSS and anonymous memory at the end. Guards: RSS
 # <= 12 MiB and anonymous <= 4 MiB (the targets are 8 and 2; the table says which are met); no
 # pass but MAX_PASSES (a state that backs off: two passes per attempt, one starting it and one
-# when it ends, attempts 2 s doubling apart), and at most 3 CPU ticks plus 20 per pass (a pass
-# costs 5-20 ticks under TCG: its bus calls and file checks).
+# when it ends, attempts 2 s doubling apart), and at most 5 CPU ticks plus 20 per pass (a pass
+# costs 5-20 ticks under TCG: its bus calls and file checks; idling itself, the late trim and a
+# timer, 0-2 ticks, up to 4 in a boot where the host ran TCG at half speed; the 2 s retry loop
+# of issue 18 cost 36). The window starts after the status call that reads the pass count, so
+# serving it is not counted as idling.
 idle() {
   local name=$1 max_passes=$2 pid t0 t1 w0 w1 p0 p1 rss anon
   sleep 5
   pid=$(systemctl show -p MainPID --value nodectld.service)
   ticks() { awk '{print $14 + $15}' "/proc/$pid/stat"; }
   wakeups() { cat /proc/"$pid"/task/*/status | awk '/ctxt_switches/ {n += $2} END {print n}'; }
-  t0=$(ticks); w0=$(wakeups); p0=$(nodectl status --json | jq .daemon.passes)
+  p0=$(nodectl status --json | jq .daemon.passes); sleep 1
+  t0=$(ticks); w0=$(wakeups)
   sleep 30
   t1=$(ticks); w1=$(wakeups); p1=$(nodectl status --json | jq .daemon.passes)
   rss=$(awk '/^Rss:/ {print $2}' "/proc/$pid/smaps_rollup")
@@ -92,7 +96,7 @@ idle() {
   check "B5 $name: RSS $rss kB <= 12 MiB (guard)" test "$rss" -le 12288
   check "B5 $name: anonymous $anon kB <= 4 MiB (guard)" test "$anon" -le 4096
   check "B5 $name: $passes passes in 30 s (at most $max_passes)" test "$passes" -le "$max_passes"
-  check "B5 $name: $ticks CPU ticks in 30 s (at most 3 + 20 per pass)" test "$ticks" -le $((3 + 20 * passes))
+  check "B5 $name: $ticks CPU ticks in 30 s (at most 5 + 20 per pass)" test "$ticks" -le $((5 + 20 * passes))
 }
 
 # nodectld's journal since $1 (a date), each line with its ms after $2 (us), the per-file lines
@@ -202,9 +206,13 @@ expect "B2 the glue placed 22 files" "$count" 22
 
 echo "## B3: nodectld on the same bundle"
 clean_node
+b3=$(date '+%Y-%m-%d %H:%M:%S')
 check "nodectld starts" systemctl start nodectld.service
 check "B3 it waits for the secrets" wait_until 20 sh -c '[ "$(nodectl status --json | jq -r ".steps[] | select(.id==\"secrets\") | .state")" = waiting ]'
 expect "B3 kubelet inactive" "$(systemctl is-active kubelet.service)" inactive
+# As on a real controller, where Terraform copies the bundle in well after the first boot: the
+# labels its pass needs are looked up once the waiting pass is done.
+check "B3 it looks up the bundle's default labels while waiting" wait_until 20 sh -c "journalctl -u nodectld.service --since '$b3' --no-pager | grep -q 'looked up ahead'"
 mkdir -p $INBOX && make_bundle $INBOX/.assets
 sync
 since=$(date '+%Y-%m-%d %H:%M:%S')
@@ -218,6 +226,8 @@ count=$(find /etc/kubernetes/pki /etc/kubernetes/manifests /etc/ssl/etcd /opt/bo
 expect "B3 nodectld placed 22 files" "$count" 22
 echo "  | nodectld: start job at $(ms $n_job) ms, active at $(ms $n_active) ms after the rename; its journal from then (ms after the rename):"
 journal_from "$since" "$t0"
+opened=$(journal_from "$since" "$t0" | awk '$2 >= 0' | grep -c 'file_contexts handle opened')
+expect "B3 the bundle's pass opened no file_contexts handle" "$opened" 0
 r_job=$(ratio "$n_job" "$glue_job"); r_active=$(ratio "$n_active" "$glue_active")
 echo "  | arrival -> kubelet start job: glue $(ms $glue_job) ms, nodectld $(ms $n_job) ms = ${r_job}x (target <= 0.1x)"
 echo "  | arrival -> kubelet active:    glue $(ms $glue_active) ms, nodectld $(ms $n_active) ms = ${r_active}x"
