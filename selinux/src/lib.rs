@@ -161,6 +161,10 @@ pub struct Labeler {
     stamp: Option<Stamp>,
 }
 
+/// No file_contexts handle answered a lookup (labels skipped, or opening it failed).
+#[derive(Debug)]
+struct NoHandle;
+
 /// Which file_contexts answered: the (path, size, mtime) of each of the policy's files.
 type Stamp = Vec<(PathBuf, u64, std::time::SystemTime)>;
 
@@ -256,7 +260,7 @@ impl Labeler {
         if let Ok(mut d) = self.opened_in.lock() {
             *d = Some(d.unwrap_or_default() + t.elapsed());
         }
-        if let Ok(mut o) = self.opened.lock() {
+        if let (Some(_), Ok(mut o)) = (&opened, self.opened.lock()) {
             o.push(prefix.to_path_buf());
         }
         map.insert(prefix.to_path_buf(), opened.clone());
@@ -274,6 +278,12 @@ impl Labeler {
         self.opened.lock().map(|o| o.clone()).unwrap_or_default()
     }
 
+    /// Whether default labels this labeler looks up stay in the process-wide cache: the
+    /// policy's file_contexts files could be identified (type and files readable).
+    pub fn caches(&self) -> bool {
+        self.stamp.is_some()
+    }
+
     /// `Some(reason)` when this labeler writes nothing.
     pub fn skipped(&self) -> Option<&LabelsSkipped> {
         self.skipped.as_ref()
@@ -285,7 +295,7 @@ impl Labeler {
         const S_IFMT: u32 = 0o170000;
         let key = (path.to_path_buf(), file_mode & S_IFMT);
         let Some(stamp) = &self.stamp else {
-            return self.look_up(path, file_mode);
+            return self.look_up(path, file_mode).ok().flatten();
         };
         {
             let cache = DEFAULTS.lock().ok()?;
@@ -297,7 +307,8 @@ impl Labeler {
                 }
             }
         }
-        let found = self.look_up(path, file_mode);
+        // A handle that could not be opened is no answer: looked up again next time.
+        let found = self.look_up(path, file_mode).ok()?;
         let mut cache = DEFAULTS.lock().ok()?;
         match cache.as_mut() {
             Some((s, map)) if s == stamp => {
@@ -360,14 +371,16 @@ impl Labeler {
     }
 
     /// Asks the file_contexts handle (opened now if this labeler has not yet).
-    fn look_up(&self, path: &Path, file_mode: u32) -> Option<Context> {
-        let handle = self.lookup(&subset_prefix(path))?;
-        let lookup = handle.0.lock().ok()?;
-        let ctx = lookup
-            .look_up_by_path(path, selinux::FileAccessMode::new(file_mode))
-            .ok()?;
+    /// `Err` when no handle answers (not opened: skipped labels, or the open failed), `Ok(None)`
+    /// when the policy has no label for the path.
+    fn look_up(&self, path: &Path, file_mode: u32) -> Result<Option<Context>, NoHandle> {
+        let handle = self.lookup(&subset_prefix(path)).ok_or(NoHandle)?;
+        let lookup = handle.0.lock().map_err(|_| NoHandle)?;
+        let Ok(ctx) = lookup.look_up_by_path(path, selinux::FileAccessMode::new(file_mode)) else {
+            return Ok(None);
+        };
         let s = String::from_utf8_lossy(ctx.as_bytes()).into_owned();
-        s.parse().ok()
+        Ok(s.parse().ok())
     }
 
     /// The label for a node credential at `path` (node path): the policy's default, unless that
