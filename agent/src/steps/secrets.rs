@@ -28,24 +28,9 @@ impl Secrets {
     fn bundles(cx: &Cx) -> anyhow::Result<Vec<PathBuf>> {
         let inbox = &cx.settings.secrets_inbox;
         let real = cx.root.path(inbox);
-        let entries = match std::fs::read_dir(&real) {
-            Ok(e) => e,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => {
-                return Err(e).with_context(|| format!("reading the inbox {}", real.display()))
-            }
-        };
-        let mut out = Vec::new();
-        for e in entries {
-            let e = e.with_context(|| real.display().to_string())?;
-            let name = e.file_name().to_string_lossy().into_owned();
-            if name.starts_with('.') || !e.file_type()?.is_file() {
-                continue;
-            }
-            out.push(inbox.join(name));
-        }
-        out.sort();
-        Ok(out)
+        let names =
+            bundle_names(&real).with_context(|| format!("reading the inbox {}", real.display()))?;
+        Ok(names.into_iter().map(|n| inbox.join(n)).collect())
     }
 
     /// The files a bundle places, checked whole (nothing is placed from an invalid bundle).
@@ -120,6 +105,27 @@ impl Secrets {
     fn controller_ready(cx: &Cx) -> bool {
         cx.settings.role != Role::Controller || cx.root.path("/etc/kubernetes/pki/ca.crt").exists()
     }
+}
+
+/// The bundles in the inbox directory `real`: its regular, non-hidden files (a file being
+/// written aside is hidden until renamed in), by name, sorted; none when it does not exist.
+fn bundle_names(real: &Path) -> std::io::Result<Vec<String>> {
+    let entries = match std::fs::read_dir(real) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let mut out = Vec::new();
+    for e in entries {
+        let e = e?;
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.starts_with('.') || !e.file_type()?.is_file() {
+            continue;
+        }
+        out.push(name);
+    }
+    out.sort();
+    Ok(out)
 }
 
 /// A controller's bundle as terraform-render-bootstrap writes it: the names of its `assets_dist`
@@ -223,29 +229,44 @@ pub(crate) fn bundle_label_paths(settings: &Settings) -> Vec<(PathBuf, u32)> {
     out
 }
 
+/// Whether to look up a bundle's labels ahead now: on a controller still waiting for its
+/// bundle (no control-plane CA placed, no bundle in the inbox: with one, its pass is under
+/// way), where labels apply and their answers stay cached (otherwise the lookups would be
+/// thrown away and the bundle's pass would pay them again). An inbox that cannot be read: no.
+fn should_warm(
+    role: Role,
+    labels: bool,
+    caches: bool,
+    ca_placed: bool,
+    inbox: &std::io::Result<Vec<String>>,
+) -> bool {
+    role == Role::Controller
+        && labels
+        && caches
+        && !ca_placed
+        && inbox.as_ref().is_ok_and(|b| b.is_empty())
+}
+
 /// While a controller waits for its bundle, looks up the default labels its pass will ask for
 /// ([`bundle_label_paths`]), so that pass opens no file_contexts handle: opening one and the
 /// first lookups cost 80-250 ms under QEMU TCG, on the way to kubelet's start (issue 18). The
 /// answers stay in the labeler's process-wide cache (a few dozen short strings, dropped when
-/// the policy's files change); the handles are closed before this returns. Does nothing on a
-/// worker, without SELinux, with a bundle already in the inbox (its pass is under way) or
-/// once the control plane's certificates are in place. Returns the subsets opened.
+/// the policy's files change); the handles are closed with the labeler. Only when
+/// [`should_warm`]; once done, the next calls find every answer cached and open nothing.
+/// Returns the subsets opened.
 pub(crate) fn warm_labels(
     root: &crate::root::Root,
     settings: &Settings,
     labeler: &nodectl_selinux::Labeler,
 ) -> Vec<PathBuf> {
-    if settings.role != Role::Controller
-        || labeler.skipped().is_some()
-        || root.path("/etc/kubernetes/pki/ca.crt").exists()
-    {
-        return Vec::new();
-    }
-    let inbox = root.path(&settings.secrets_inbox);
-    let pending = std::fs::read_dir(&inbox).is_ok_and(|mut d| {
-        d.any(|e| e.is_ok_and(|e| !e.file_name().to_string_lossy().starts_with('.')))
-    });
-    if pending {
+    let warm = should_warm(
+        settings.role,
+        labeler.skipped().is_none(),
+        labeler.caches(),
+        root.path("/etc/kubernetes/pki/ca.crt").exists(),
+        &bundle_names(&root.path(&settings.secrets_inbox)),
+    );
+    if !warm {
         return Vec::new();
     }
     for (p, kind) in bundle_label_paths(settings) {
@@ -426,13 +447,55 @@ mod tests {
     }
 
     #[test]
-    fn nothing_is_looked_up_ahead_where_labels_are_skipped() {
+    fn labels_are_looked_up_ahead_only_on_a_controller_still_waiting_for_its_bundle() {
+        let none = || Ok(Vec::new());
+        let c = Role::Controller;
+        assert!(should_warm(c, true, true, false, &none()));
+        assert!(!should_warm(Role::Worker, true, true, false, &none()));
+        // no SELinux (or a scratch root), or answers that would not stay cached
+        assert!(!should_warm(c, false, true, false, &none()));
+        assert!(!should_warm(c, true, false, false, &none()));
+        // the control plane's CA is placed: no bundle is awaited
+        assert!(!should_warm(c, true, true, true, &none()));
+        // a bundle in the inbox: its pass is under way
+        assert!(!should_warm(
+            c,
+            true,
+            true,
+            false,
+            &Ok(vec!["assets".into()])
+        ));
+        // an inbox that cannot be read
+        let unreadable = Err(std::io::Error::from(std::io::ErrorKind::PermissionDenied));
+        assert!(!should_warm(c, true, true, false, &unreadable));
+    }
+
+    #[test]
+    fn a_bundle_is_a_regular_file_not_hidden_and_a_missing_inbox_holds_none() {
+        let d = tempfile::tempdir().unwrap();
+        let inbox = d.path().join("inbox");
+        assert!(bundle_names(&inbox).unwrap().is_empty());
+        std::fs::create_dir(&inbox).unwrap();
+        std::fs::write(inbox.join(".assets"), "being written").unwrap();
+        std::fs::create_dir(inbox.join("a-directory")).unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", inbox.join("a-link")).unwrap();
+        assert!(bundle_names(&inbox).unwrap().is_empty());
+        std::fs::write(inbox.join("assets"), "##### x\n").unwrap();
+        std::fs::write(inbox.join("b"), "##### x\n").unwrap();
+        assert_eq!(bundle_names(&inbox).unwrap(), ["assets", "b"]);
+        // and with that, a controller does not look up ahead
+        let names = bundle_names(&inbox);
+        assert!(!should_warm(Role::Controller, true, true, false, &names));
+    }
+
+    #[test]
+    fn nothing_is_opened_where_labels_are_skipped() {
         let d = tempfile::tempdir().unwrap();
         let root = crate::root::Root::new(d.path());
         let host = crate::host::Host::generic();
-        // A scratch root: its labeler skips labels, so nothing is opened whatever the role.
+        // A scratch root: its labeler skips labels (and caches nothing).
         let labeler = nodectl_selinux::Labeler::new(root.dir(), &host.selinux);
-        assert!(labeler.skipped().is_some());
+        assert!(labeler.skipped().is_some() && !labeler.caches());
         assert!(warm_labels(&root, &controller(), &labeler).is_empty());
         assert!(labeler.opened().is_empty());
     }
