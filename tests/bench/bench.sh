@@ -67,8 +67,9 @@ clean_node() {
 # ticks, context switches (wakeups), passes, RSS and anonymous memory at the end. Guards: RSS
 # <= 12 MiB and anonymous <= 4 MiB (the targets are 8 and 2; the table says which are met); no
 # pass but MAX_PASSES (a state that backs off: two passes per attempt, one starting it and one
-# when it ends, attempts 2 s doubling apart), and at most 5 CPU ticks plus 20 per pass (a pass
-# costs 5-20 ticks under TCG: its bus calls and file checks; idling itself, the late trim and a
+# when it ends, attempts 2 s doubling apart), and at most 5 CPU ticks plus 30 per pass (a pass
+# costs 5-23 ticks under TCG: its bus calls and file checks; 13-14 a pass where a request backs
+# off in boots at the usual speed, 23 in a boot where the host ran TCG 1.5x slower; idling itself, the late trim and a
 # timer, 0-2 ticks, up to 4 in a boot where the host ran TCG at half speed; the 2 s retry loop
 # of issue 18 cost 36). Nothing calls nodectld in the window (the pass count comes from its
 # metrics file), so serving a call is not counted as idling.
@@ -97,7 +98,7 @@ idle() {
   check "B5 $name: RSS $rss kB <= 12 MiB (guard)" test "$rss" -le 12288
   check "B5 $name: anonymous $anon kB <= 4 MiB (guard)" test "$anon" -le 4096
   check "B5 $name: $passes passes in 30 s (at most $max_passes)" test "$passes" -le "$max_passes"
-  check "B5 $name: $ticks CPU ticks in 30 s (at most 5 + 20 per pass)" test "$ticks" -le $((5 + 20 * passes))
+  check "B5 $name: $ticks CPU ticks in 30 s (at most 5 + 30 per pass)" test "$ticks" -le $((5 + 30 * passes))
 }
 
 # nodectld's journal since $1 (a date), each line with its ms after $2 (us), the per-file lines
