@@ -176,10 +176,7 @@ async fn converge_loop(
             crate::load::host(root).and_then(|h| crate::load::settings(root, &h).map(|s| (h, s)));
         watcher.update(root, loaded.as_ref().ok().map(|(_, s)| s));
         let settings = loaded.as_ref().ok().map(|(_, s)| s.clone());
-        let loaded_after = loaded
-            .as_ref()
-            .map(|(h, s)| (h.clone(), s.clone()))
-            .map_err(|_| ());
+        let host = loaded.as_ref().ok().map(|(h, _)| h.clone());
         let recheck = passes.run(loaded, trigger, n).await;
         // And again after it: a directory the pass created (the inbox on a fresh node) is
         // watched before anything is delivered into it (provisioning may deliver as soon as
@@ -189,7 +186,7 @@ async fn converge_loop(
             reboots =
                 reboots::follow_settings(reboots, root, s, &passes.systemd, &passes.shared).await;
         }
-        if let Ok((h, s)) = &loaded_after {
+        if let (Some(h), Some(s)) = (&host, &settings) {
             warm_labels(root, h, s);
         }
         checks.follow(root, settings.as_ref(), &passes.shared);

@@ -103,9 +103,12 @@ impl Secrets {
 
     /// On a controller the control plane needs its certificates before kubelet starts.
     fn controller_ready(cx: &Cx) -> bool {
-        cx.settings.role != Role::Controller || cx.root.path("/etc/kubernetes/pki/ca.crt").exists()
+        cx.settings.role != Role::Controller || cx.root.path(CONTROL_PLANE_CA).exists()
     }
 }
+
+/// The control plane's CA: once placed, a controller awaits no bundle.
+const CONTROL_PLANE_CA: &str = "/etc/kubernetes/pki/ca.crt";
 
 /// The bundles in the inbox directory `real`: its regular, non-hidden files (a file being
 /// written aside is hidden until renamed in), by name, sorted; none when it does not exist.
@@ -186,15 +189,11 @@ const TYPHOON_RECORDS: &[&str] = &[
     "kubelet/kubeconfig",
 ];
 
-const S_IFDIR: u32 = 0o040000;
-const S_IFREG: u32 = 0o100000;
+use libc::{S_IFDIR, S_IFREG};
 
-/// The default labels a controller's bundle pass asks for (node path, file type), when its
-/// records carry Typhoon's names: every directory and file the layout leaves at the policy's
-/// default (etcd's keys, the bootstrap manifests, the bootstrap kubeconfig) and the files the steps after `secrets` write in that pass (kubelet's CA and
-/// environment file).
-pub(crate) fn bundle_label_paths(settings: &Settings) -> Vec<(PathBuf, u32)> {
-    let records: Vec<super::bundle::Record> = TYPHOON_RECORDS
+/// [`TYPHOON_RECORDS`] as (empty) bundle records.
+fn typhoon_records() -> Vec<super::bundle::Record> {
+    TYPHOON_RECORDS
         .iter()
         .enumerate()
         .map(|(i, r)| super::bundle::Record {
@@ -202,7 +201,15 @@ pub(crate) fn bundle_label_paths(settings: &Settings) -> Vec<(PathBuf, u32)> {
             content: Vec::new(),
             line: i + 1,
         })
-        .collect();
+        .collect()
+}
+
+/// The default labels a controller's bundle pass asks for (node path, file type), when its
+/// records carry Typhoon's names: every directory and file the layout leaves at the policy's
+/// default (etcd's keys, the bootstrap manifests, the bootstrap kubeconfig) and the files the
+/// steps after `secrets` write in that pass (kubelet's CA and environment file).
+pub(crate) fn bundle_label_paths(settings: &Settings) -> Vec<(PathBuf, u32)> {
+    let records = typhoon_records();
     let mut out: Vec<(PathBuf, u32)> = Vec::new();
     let mut add = |p: &Path, kind: u32| {
         if !out.iter().any(|(q, k)| q == p && *k == kind) {
@@ -263,7 +270,7 @@ pub(crate) fn warm_labels(
         settings.role,
         labeler.skipped().is_none(),
         labeler.caches(),
-        root.path("/etc/kubernetes/pki/ca.crt").exists(),
+        root.path(CONTROL_PLANE_CA).exists(),
         &bundle_names(&root.path(&settings.secrets_inbox)),
     );
     if !warm {
@@ -388,14 +395,7 @@ mod tests {
         let s = controller();
         // Every name terraform-render-bootstrap writes has a place on a controller: a name the
         // layout refused would leave the whole list unplanned (and nothing looked up ahead).
-        let records: Vec<super::super::bundle::Record> = TYPHOON_RECORDS
-            .iter()
-            .map(|r| super::super::bundle::Record {
-                path: r.to_string(),
-                content: Vec::new(),
-                line: 1,
-            })
-            .collect();
+        let records = typhoon_records();
         let plan = super::super::bundle::plan(
             &records,
             super::super::bundle::TYPHOON_LAYOUT,
