@@ -60,6 +60,15 @@ impl Node {
 
     /// One pass whose background work may wake the "daemon" (as nodectld's passes can).
     async fn pass_waking(&self, forced: bool, waker: Option<nodectl::engine::Waker>) -> Report {
+        self.pass_rechecking(forced, waker).await.0
+    }
+
+    /// One pass, and the soonest next pass it asked for (as nodectld schedules it).
+    async fn pass_rechecking(
+        &self,
+        forced: bool,
+        waker: Option<nodectl::engine::Waker>,
+    ) -> (Report, Option<Duration>) {
         let host = nodectl::load::host(&self.root).unwrap();
         let settings = nodectl::load::settings(&self.root, &host).unwrap();
         let mut cx = Cx::new(
@@ -72,7 +81,8 @@ impl Node {
         cx.inline_wait = Duration::from_secs(10);
         cx.waker = waker;
         cx.facts = self.facts.clone();
-        self.engine.apply(&cx).await
+        let r = self.engine.apply(&cx).await;
+        (r, cx.take_recheck())
     }
 
     fn calls(&self) -> serde_json::Value {
@@ -484,6 +494,95 @@ async fn a_denied_request_is_not_repeated_until_an_operator_acts() {
 /// request (the API server it goes to is one of kubelet's static pods), which the next pass
 /// starts; the request goes on in the background and wakes the daemon when the certificate is
 /// issued.
+/// A controller waiting for its bundle, its bootstrap kubeconfig placed by provisioning (issue
+/// 18): kubelet's CA and env file are written while it waits, so the bundle's pass goes from
+/// the placement to kubelet; no certificate is requested before the bundle (the API server runs
+/// from it) and no pass is asked for meanwhile; the bundle's pass starts kubelet and leaves the
+/// request to the next pass, which makes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_controller_waiting_for_its_bundle_writes_kubelets_files_and_asks_nobody() {
+    let api = Double::start(Options::default()).await.unwrap();
+    let node = Node::new(
+        "[node]\nrole = \"controller\"\nname = \"controller-0\"\n",
+        &api.bootstrap_kubeconfig(TOKEN),
+    );
+    std::fs::remove_file(node.root.path("/etc/kubernetes/pki/ca.crt")).unwrap();
+    let woken = std::sync::Arc::new(tokio::sync::Notify::new());
+    let waker: nodectl::engine::Waker = {
+        let w = woken.clone();
+        std::sync::Arc::new(move || w.notify_one())
+    };
+    for first in [true, false] {
+        let (r, recheck) = node.pass_rechecking(false, Some(waker.clone())).await;
+        assert_eq!(step(&r, "secrets").name(), "waiting", "{r:?}");
+        assert_eq!(step(&r, "bootstrap-kubeconfig").name(), "converged");
+        let done = if first { "applied" } else { "converged" };
+        assert_eq!(step(&r, "kubelet-ca").name(), done, "{r:?}");
+        assert_eq!(step(&r, "kubelet-credentials").name(), done, "{r:?}");
+        assert_eq!(step(&r, "kubelet-running").name(), "blocked");
+        assert_eq!(
+            recheck, None,
+            "a controller waiting for its bundle asked for a pass"
+        );
+        if !first {
+            assert!(
+                text(step(&r, "kubelet-credentials"))
+                    .contains("once the control plane's bundle is placed"),
+                "{r:?}"
+            );
+        }
+    }
+    assert!(node.env().contains("kubelet-standalone.yaml"));
+    assert_eq!(
+        std::fs::read_to_string(node.root.path("/etc/kubernetes/ca.crt")).unwrap(),
+        api.ca_pem()
+    );
+    assert_eq!(
+        api.csrs().len(),
+        0,
+        "a request before the control plane's bundle"
+    );
+    assert_eq!(node.calls()["start"], 0);
+
+    common::drop_bundle(
+        node.root.dir(),
+        "assets",
+        &common::typhoon_bundle(&[
+            ("tls/k8s/ca.crt", common::CERT),
+            ("tls/k8s/ca.key", common::KEY),
+            (
+                "static-manifests/kube-apiserver.yaml",
+                "apiVersion: v1\nkind: Pod",
+            ),
+        ]),
+    );
+    let (r, recheck) = node.pass_rechecking(false, Some(waker.clone())).await;
+    assert_applied(&r, "secrets");
+    assert_eq!(step(&r, "kubelet-ca").name(), "converged", "{r:?}");
+    assert_applied(&r, "kubelet-credentials");
+    assert_applied(&r, "kubelet-running");
+    assert_eq!(node.calls()["start"], 1);
+    assert_eq!(
+        api.csrs().len(),
+        0,
+        "the request came before kubelet's start"
+    );
+    assert_eq!(
+        recheck,
+        Some(Duration::ZERO),
+        "the request's pass is asked for at once"
+    );
+    let r = node.pass_waking(false, Some(waker.clone())).await;
+    assert_ne!(step(&r, "kubelet-credentials").name(), "failed", "{r:?}");
+    tokio::time::timeout(Duration::from_secs(10), woken.notified())
+        .await
+        .expect("the request's end wakes the daemon");
+    assert_eq!(
+        requesters(&api),
+        vec!["system:bootstrap:abcdef".to_string()]
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_controller_pass_never_waits_for_the_api() {
     let api = Double::start(Options {

@@ -391,42 +391,53 @@ impl Client {
     /// two small replies instead of [`Client::state`]'s three (two of them every property of
     /// the Unit and Service interfaces, ~35 ms each under QEMU TCG on the bundle's path).
     pub async fn brief(&self, unit: &str, unit_file: bool) -> Result<UnitState> {
-        let rows = self
-            .manager
-            .list_units_by_names(vec![unit.to_string()])
-            .await
-            .map_err(bus(format!("ListUnitsByNames {unit}")))?;
-        let Some(row) = rows.into_iter().find(|r| r.0 == unit) else {
-            return Err(SystemdError::JobFailed {
-                unit: unit.into(),
-                op: "ListUnitsByNames",
-                result: "no row for the unit".into(),
-            });
-        };
-        let mut st = UnitState {
-            load: row.2,
-            active: row.3,
-            sub: row.4,
-            job: row.7,
-            ..UnitState::default()
-        };
-        if unit_file {
-            st.unit_file = match self.manager.get_unit_file_state(unit.to_string()).await {
-                Ok(s) => s,
+        // Both asked at once: one round trip on the bundle's path to kubelet, not two.
+        let rows = self.manager.list_units_by_names(vec![unit.to_string()]);
+        let file = async {
+            if !unit_file {
+                return Ok(String::new());
+            }
+            match self.manager.get_unit_file_state(unit.to_string()).await {
+                Ok(s) => Ok(s),
                 // No unit file (ENOENT of the lookup, sent as
                 // org.freedesktop.DBus.Error.FileNotFound, or NoSuchUnit): what the Unit
                 // interface reports as an empty UnitFileState.
                 Err(zbus::Error::FDO(e)) if matches!(*e, zbus::fdo::Error::FileNotFound(_)) => {
-                    String::new()
+                    Ok(String::new())
                 }
                 Err(zbus::Error::MethodError(name, ..))
                     if name.as_str() == "org.freedesktop.systemd1.NoSuchUnit" =>
                 {
-                    String::new()
+                    Ok(String::new())
                 }
-                Err(e) => return Err(bus(format!("GetUnitFileState {unit}"))(e)),
-            };
-        }
+                Err(e) => Err(bus(format!("GetUnitFileState {unit}"))(e)),
+            }
+        };
+        let (rows, unit_file_state) = futures_util::future::join(rows, file).await;
+        let rows = rows.map_err(bus(format!("ListUnitsByNames {unit}")))?;
+        // One name asked, one row: under the unit's primary name when `unit` is an alias
+        // (the row carries `u->id`), so the single row is the unit's.
+        let row = match <[_; 1]>::try_from(rows) {
+            Ok([row]) => row,
+            Err(rows) => match rows.into_iter().find(|r| r.0 == unit) {
+                Some(row) => row,
+                None => {
+                    return Err(SystemdError::JobFailed {
+                        unit: unit.into(),
+                        op: "ListUnitsByNames",
+                        result: "no row for the unit".into(),
+                    })
+                }
+            },
+        };
+        let st = UnitState {
+            load: row.2,
+            active: row.3,
+            sub: row.4,
+            job: row.7,
+            unit_file: unit_file_state?,
+            ..UnitState::default()
+        };
         Ok(st)
     }
 

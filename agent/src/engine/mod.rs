@@ -52,6 +52,13 @@ pub trait Step: Send + Sync {
     fn description(&self) -> &'static str;
     /// Steps that must be converged before this one may apply.
     fn deps(&self) -> &'static [&'static str];
+    /// Steps this one runs after in a pass without waiting for them to converge: ones that
+    /// may deliver its input (a bundle may hold the bootstrap kubeconfig) but whose waiting
+    /// or failing says nothing about it (ordering only, as systemd's `After=` without
+    /// `Requires=`).
+    fn after(&self) -> &'static [&'static str] {
+        &[]
+    }
     /// Observes and computes the changes. Must not change anything.
     fn observe<'a>(&'a self, cx: &'a Cx) -> BoxFuture<'a, anyhow::Result<Observation>>;
     /// Makes the changes. Idempotent: applying a converged step changes nothing.
@@ -209,8 +216,15 @@ impl Engine {
                 return Err(GraphError::Duplicate(s.id().into()));
             }
         }
+        let before = |s: &dyn Step| {
+            s.deps()
+                .iter()
+                .chain(s.after())
+                .copied()
+                .collect::<Vec<_>>()
+        };
         for s in &steps {
-            for d in s.deps() {
+            for d in before(s.as_ref()) {
                 if !index.contains_key(d) {
                     return Err(GraphError::UnknownDep {
                         step: s.id().into(),
@@ -222,8 +236,9 @@ impl Engine {
         let mut placed = vec![false; steps.len()];
         let mut order = Vec::with_capacity(steps.len());
         while order.len() < steps.len() {
-            let next = (0..steps.len())
-                .find(|&i| !placed[i] && steps[i].deps().iter().all(|d| placed[index[d]]));
+            let next = (0..steps.len()).find(|&i| {
+                !placed[i] && before(steps[i].as_ref()).iter().all(|d| placed[index[d]])
+            });
             match next {
                 Some(i) => {
                     placed[i] = true;
@@ -397,6 +412,7 @@ mod tests {
     struct Fake {
         id: &'static str,
         deps: &'static [&'static str],
+        after: &'static [&'static str],
         todo: Arc<AtomicU32>,
         waiting: bool,
         applies: Arc<AtomicU32>,
@@ -407,6 +423,7 @@ mod tests {
         Fake {
             id,
             deps,
+            after: &[],
             todo: Arc::new(AtomicU32::new(todo)),
             waiting: false,
             applies: Arc::default(),
@@ -423,6 +440,9 @@ mod tests {
         }
         fn deps(&self) -> &'static [&'static str] {
             self.deps
+        }
+        fn after(&self) -> &'static [&'static str] {
+            self.after
         }
         fn observe<'a>(&'a self, _cx: &'a Cx) -> BoxFuture<'a, anyhow::Result<Observation>> {
             async move {
@@ -537,6 +557,30 @@ mod tests {
         }
         assert_eq!(r.waiting_for(), vec!["input: input".to_string()]);
         assert_eq!(Status::summary(&r), "failed: broken");
+    }
+
+    /// A step ordered after another (`after`) runs after it in every pass but is not held
+    /// back when it waits; an unknown name there is refused like an unknown dependency.
+    #[tokio::test]
+    async fn a_step_after_a_waiting_one_runs_after_it_unblocked() {
+        let (_d, cx) = cx();
+        let mut w = fake("input", &[], 0);
+        w.waiting = true;
+        let mut later = fake("later", &[], 1);
+        later.after = &["input"];
+        let later_applies = later.applies.clone();
+        let e = Engine::new(vec![Box::new(later), Box::new(w)]).unwrap();
+        assert_eq!(e.step_ids(), vec!["input", "later"]);
+        let r = e.apply(&cx).await;
+        assert_eq!(r.steps[1].state.name(), "applied", "{r:?}");
+        assert_eq!(later_applies.load(Ordering::SeqCst), 1);
+        assert_eq!(r.steps[1].deps, Vec::<String>::new());
+        let mut bad = fake("a", &[], 0);
+        bad.after = &["zz"];
+        assert_eq!(
+            Engine::new(vec![Box::new(bad)]).err().unwrap().to_string(),
+            "step a depends on unknown step zz"
+        );
     }
 
     use crate::status::Status;

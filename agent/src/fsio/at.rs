@@ -15,6 +15,7 @@ use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
 
 use nodectl_selinux::beneath::{open_child_dir, open_dir_nofollow};
 
@@ -24,8 +25,9 @@ use crate::root::Root;
 const MAX_HOPS: usize = 8;
 
 /// A node path's directory, held open, and the entry's name in it.
+#[derive(Clone)]
 pub(super) struct Located {
-    dir: OwnedFd,
+    dir: Arc<OwnedFd>,
     /// The path as the node sees it under the root (for messages).
     pub(super) real: PathBuf,
     /// The entry through the held directory (`/proc/self/fd/<n>/<name>`).
@@ -43,6 +45,11 @@ impl Located {
         &self.dir
     }
 
+    /// The held directory, shared (a batch keeps it for the next file in it).
+    pub(super) fn dir_arc(&self) -> Arc<OwnedFd> {
+        self.dir.clone()
+    }
+
     /// fsync of the held directory (a rename or an unlink in it made durable).
     pub(super) fn sync_dir(&self) -> io::Result<()> {
         nix::unistd::fsync(self.dir.as_raw_fd()).map_err(io::Error::from)
@@ -52,11 +59,15 @@ impl Located {
 /// Locates `node_path` (absolute) under `root`: its directory opened safely (see the module
 /// docs); `NotFound` when a directory on the way does not exist.
 pub(super) fn locate(root: &Root, node_path: &Path) -> io::Result<Located> {
+    let parent = node_path.parent().unwrap_or(Path::new("/"));
+    located_in(Arc::new(open_node_dir(root, parent)?), root, node_path)
+}
+
+/// `node_path` in its directory `dir`, already open.
+pub(super) fn located_in(dir: Arc<OwnedFd>, root: &Root, node_path: &Path) -> io::Result<Located> {
     let name = node_path
         .file_name()
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no file name"))?;
-    let parent = node_path.parent().unwrap_or(Path::new("/"));
-    let dir = open_node_dir(root, parent)?;
     let via = PathBuf::from(format!("/proc/self/fd/{}", dir.as_raw_fd())).join(name);
     Ok(Located {
         dir,
@@ -65,8 +76,16 @@ pub(super) fn locate(root: &Root, node_path: &Path) -> io::Result<Located> {
     })
 }
 
+#[cfg(test)]
+thread_local! {
+    /// How many node directories this thread opened (tests count them).
+    pub(super) static OPENED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
 /// Opens the node directory `node_dir` under `root` (see the module docs).
 fn open_node_dir(root: &Root, node_dir: &Path) -> io::Result<OwnedFd> {
+    #[cfg(test)]
+    OPENED.with(|n| n.set(n.get() + 1));
     let mut want = normal(node_dir)?;
     for _ in 0..=MAX_HOPS {
         match walk(root, &want)? {

@@ -77,7 +77,8 @@ impl Writer<'_> {
         ) {
             Ok(()) => {
                 crash_point!("fsio::dirrename");
-                at.sync_dir().map_err(werr(&at.real, "fsync directory"))?;
+                self.sync_later(at.clone())
+                    .map_err(werr(&at.real, "fsync directory"))?;
                 Ok(true)
             }
             Err(nix::errno::Errno::EEXIST) => {

@@ -17,6 +17,12 @@ impl Step for BootstrapKubeconfig {
         "the bootstrap kubeconfig kubelet needs is present"
     }
     fn deps(&self) -> &'static [&'static str] {
+        &[]
+    }
+    /// A bundle may hold it (`kubelet/kubeconfig`): looked at after the bundle is placed, but
+    /// not held back while a controller waits for its bundle (placed beforehand, it lets
+    /// kubelet's CA and env file be written then, off the bundle's path to kubelet).
+    fn after(&self) -> &'static [&'static str] {
         &["secrets"]
     }
     fn observe<'a>(&'a self, cx: &'a Cx) -> BoxFuture<'a, anyhow::Result<Observation>> {

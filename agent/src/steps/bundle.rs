@@ -44,7 +44,7 @@ impl fmt::Display for BundleError {
 
 #[cfg(test)]
 use super::layout::CONTROL_PLANE;
-pub(crate) use super::layout::{Rule, CONTROL_PLANE_UID, TYPHOON_LAYOUT};
+pub(crate) use super::layout::{Rule, CONTROL_PLANE_CA, CONTROL_PLANE_UID, TYPHOON_LAYOUT};
 
 const MARKER: &str = "#####";
 

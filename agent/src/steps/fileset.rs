@@ -21,30 +21,34 @@ impl FileSet {
         self.prefetch_labels(cx);
         let w = cx.writer();
         let mut out = Vec::new();
-        for d in &self.dirs {
-            let diff = w.check_dir(d)?;
-            if !diff.is_empty() {
-                let what = if diff.missing {
-                    format!("create directory {} ({:04o})", d.path.display(), d.mode)
-                } else {
-                    format!("fix directory {}", d.path.display())
-                };
-                out.push(Change::new(what, diff.to_string()));
+        // (one batch: each directory opened once)
+        w.batched(|| {
+            for d in &self.dirs {
+                let diff = w.check_dir(d)?;
+                if !diff.is_empty() {
+                    let what = if diff.missing {
+                        format!("create directory {} ({:04o})", d.path.display(), d.mode)
+                    } else {
+                        format!("fix directory {}", d.path.display())
+                    };
+                    out.push(Change::new(what, diff.to_string()));
+                }
             }
-        }
-        for f in &self.files {
-            let diff = w.check(f)?;
-            if !diff.is_empty() {
-                let what = if diff.missing {
-                    format!("write {} ({:04o})", f.path.display(), f.mode)
-                } else if diff.content {
-                    format!("update {}", f.path.display())
-                } else {
-                    format!("fix {}", f.path.display())
-                };
-                out.push(Change::new(what, diff.to_string()));
+            for f in &self.files {
+                let diff = w.check(f)?;
+                if !diff.is_empty() {
+                    let what = if diff.missing {
+                        format!("write {} ({:04o})", f.path.display(), f.mode)
+                    } else if diff.content {
+                        format!("update {}", f.path.display())
+                    } else {
+                        format!("fix {}", f.path.display())
+                    };
+                    out.push(Change::new(what, diff.to_string()));
+                }
             }
-        }
+            Ok(())
+        })?;
         for p in &self.remove_if_ours {
             if is_ours(&cx.root.path(p)) {
                 out.push(Change::new(
@@ -80,15 +84,19 @@ impl FileSet {
     pub(crate) fn apply(&self, cx: &Cx) -> anyhow::Result<Vec<PathBuf>> {
         let w = cx.writer();
         let mut changed = Vec::new();
-        for d in &self.dirs {
-            w.ensure_dir(d)?;
-        }
-        // Staged together, synced together, renamed in the order listed.
-        for (f, o) in self.files.iter().zip(w.write_all(&self.files)?) {
-            if o != crate::fsio::Outcome::Unchanged {
-                changed.push(f.path.clone());
+        // One batch: the new directories made durable with the files, before their renames.
+        w.batched(|| {
+            for d in &self.dirs {
+                w.ensure_dir(d)?;
             }
-        }
+            // Staged together, synced together, renamed in the order listed.
+            for (f, o) in self.files.iter().zip(w.write_all(&self.files)?) {
+                if o != crate::fsio::Outcome::Unchanged {
+                    changed.push(f.path.clone());
+                }
+            }
+            Ok(())
+        })?;
         for p in &self.remove_if_ours {
             if is_ours(&cx.root.path(p)) {
                 w.remove(p)?;

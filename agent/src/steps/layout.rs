@@ -35,6 +35,10 @@ const SHARED: Option<&str> = Some("system_u:object_r:container_file_t:s0");
 /// 65534 `nfsnobody` (its `nobody` is 99), Flatcar `nobody`.
 pub const CONTROL_PLANE_UID: u32 = 65534;
 
+/// The control plane's CA (`tls/k8s/ca.crt` placed by the rule below): once it is placed, a
+/// controller awaits no bundle and its API server can run (it is one of the static pods).
+pub(crate) const CONTROL_PLANE_CA: &str = "/etc/kubernetes/pki/ca.crt";
+
 /// [`CONTROL_PLANE_UID`] as a layout owner.
 pub(crate) const CONTROL_PLANE: &str = "65534";
 

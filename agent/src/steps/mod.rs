@@ -1,13 +1,19 @@
-//! The steps that bring a node up, and their dependencies:
+//! The steps that bring a node up, and their dependencies (`──>`: needs it converged;
+//! `··>`: runs after it in a pass, but is not held back while it waits or fails):
 //!
 //! ```text
 //! node-identity ──> kubelet-credentials (below) ──────────────┐
 //! node-files ──────────────────────────────┐
 //! kubelet-unit ────────────────────────────┤
-//! secrets ──> relabel ─────────────────────┤
-//! secrets ──> bootstrap-kubeconfig ──> kubelet-ca ───────────┼──> kubelet-running
-//!             bootstrap-kubeconfig ──> kubelet-credentials ──┘
+//! node-files ──> secrets ──> relabel ──────┤
+//!                secrets ──────────────────┤
+//!                secrets ··> bootstrap-kubeconfig ──> kubelet-ca ──┼──> kubelet-running
+//!                            bootstrap-kubeconfig ──> kubelet-credentials ──┘
 //! ```
+//!
+//! kubelet-running needs every other step. A controller waiting for its bundle has its
+//! bootstrap kubeconfig from provisioning, so kubelet's CA and env file are written then, and
+//! the bundle's pass goes from its placement to kubelet (issue 18).
 //!
 //! One file per step; what steps share is in `fileset` (files a step owns) and `kubelet`
 //! (kubelet's paths, starting it). Adding a step: a new file with a type implementing

@@ -7,6 +7,7 @@ use anyhow::Context as _;
 use futures_util::future::BoxFuture;
 use futures_util::FutureExt;
 
+use super::bundle::CONTROL_PLANE_CA;
 use super::fileset::FileSet;
 use crate::config::{Role, Settings};
 use crate::engine::{Change, Cx, Observation, Step};
@@ -106,9 +107,6 @@ impl Secrets {
         cx.settings.role != Role::Controller || cx.root.path(CONTROL_PLANE_CA).exists()
     }
 }
-
-/// The control plane's CA: once placed, a controller awaits no bundle.
-const CONTROL_PLANE_CA: &str = "/etc/kubernetes/pki/ca.crt";
 
 /// The bundles in the inbox directory `real`: its regular, non-hidden files (a file being
 /// written aside is hidden until renamed in), by name, sorted; none when it does not exist.

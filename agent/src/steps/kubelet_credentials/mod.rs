@@ -65,6 +65,13 @@ fn owns(held: Option<&Held>, cx: &Cx) -> bool {
     held.is_some_and(|h| h.subject == format!("system:node:{}", cx.settings.node_name))
 }
 
+/// A controller whose control plane's bundle is not placed yet: its API server (one of kubelet's
+/// static pods) cannot run, so there is nobody to ask; the request waits for the bundle without
+/// a wakeup (the bundle's pass asks), and kubelet's files are written meanwhile.
+fn awaits_control_plane(cx: &Cx) -> bool {
+    cx.settings.role == Role::Controller && !cx.root.path(super::bundle::CONTROL_PLANE_CA).exists()
+}
+
 /// The current certificate file was written at or after `t`.
 fn issued_since(cx: &Cx, t: SystemTime) -> bool {
     let link = cx
@@ -203,6 +210,13 @@ fn decide(
         }
         (Need::Bootstrap(_), Some(a)) if changes.is_empty() => return Observation::Waiting(a),
         (Need::Bootstrap(_), Some(_)) => {}
+        (Need::Bootstrap(_), None) if awaits_control_plane(cx) => {
+            if changes.is_empty() {
+                return Observation::Converged(
+                    "kubelet standalone; the node's certificate is requested once the control plane's bundle is placed (its API server is one of kubelet's static pods)".into(),
+                );
+            }
+        }
         (Need::Bootstrap(why), None) => changes.push(Change::new(
             "request the node's client certificate with the bootstrap token",
             why,
@@ -272,6 +286,7 @@ impl Step for KubeletCredentials {
             let via = match need {
                 Need::Nothing => None,
                 Need::Rotate(_) => Some(Via::NodeCertificate),
+                Need::Bootstrap(_) if awaits_control_plane(cx) => None,
                 Need::Bootstrap(_) => Some(Via::BootstrapToken),
             };
             // (no bus call to ask whether kubelet runs: a running one costs one pass of delay)
@@ -305,17 +320,34 @@ impl KubeletCredentials {
             let d = w.check(f)?;
             changed |= d.missing || d.content;
         }
-        let up = kubelet_is_up(&cx.systemd.brief(KUBELET_UNIT, false).await?.active);
-        if changed && up {
-            mark_restart(cx, Why::Credentials)?;
+        // (whether kubelet runs is asked only when it matters: new content, or a restart owed)
+        let is_up = || async {
+            anyhow::Ok(kubelet_is_up(
+                &cx.systemd.brief(KUBELET_UNIT, false).await?.active,
+            ))
+        };
+        let mut up = None;
+        if changed {
+            let u = is_up().await?;
+            if u {
+                mark_restart(cx, Why::Credentials)?;
+            }
+            up = Some(u);
         }
         set.apply(cx)?;
         let pending = restart_pending(cx).await?;
+        if pending == Pending::Nothing {
+            return Ok(());
+        }
         let running = self.running();
         if pending == Pending::Issued && running {
             return Ok(()); // the request is storing what it was issued; its end wakes a pass
         }
-        if up && !matches!(pending, Pending::Nothing | Pending::Done) {
+        let up = match up {
+            Some(u) => u,
+            None => is_up().await?,
+        };
+        if up && pending != Pending::Done {
             tracing::info!(
                 unit = KUBELET_UNIT,
                 "restarting on the node's new credentials"
