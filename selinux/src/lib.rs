@@ -161,6 +161,11 @@ pub struct Labeler {
     stamp: Option<Stamp>,
 }
 
+thread_local! {
+    /// How deep this thread is in [`Labeler::holding_creation_context`] spans.
+    static HELD: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
 /// No file_contexts handle answered a lookup (labels skipped, or opening it failed).
 #[derive(Debug)]
 struct NoHandle;
@@ -456,7 +461,18 @@ impl Labeler {
             op,
             source,
         };
+        let held = HELD.with(|h| h.get() > 0);
+        let reset = || {
+            selinux::SecurityContext::set_default_context_for_new_file_system_objects().map_err(
+                |e| LabelError::Lib(format!("resetting setfscreatecon: {e}"), path.to_path_buf()),
+            )
+        };
         let Some(ctx) = ctx.filter(|_| self.skipped.is_none()) else {
+            if self.skipped.is_none() {
+                // What a held span set must not label this one (libselinux makes this free when
+                // nothing is set: it skips writing the value the thread already has).
+                reset()?;
+            }
             return create().map_err(|e| io_err("create", e));
         };
         let c = std::ffi::CString::new(ctx.to_string()).expect("contexts have no NUL");
@@ -466,12 +482,37 @@ impl Labeler {
                 LabelError::Lib(format!("setfscreatecon {ctx}: {e}"), path.to_path_buf())
             })?;
         let r = create();
-        let reset = selinux::SecurityContext::set_default_context_for_new_file_system_objects();
+        // Within a held span the context stays for the next creation (libselinux skips setting
+        // it again when it is the same) and is reset when the span ends.
+        let reset = if held { Ok(()) } else { reset() };
         let v = r.map_err(|e| io_err("create", e))?;
-        reset.map_err(|e| {
-            LabelError::Lib(format!("resetting setfscreatecon: {e}"), path.to_path_buf())
-        })?;
+        reset?;
         Ok(v)
+    }
+
+    /// Runs `f` with the file-creation contexts [`Labeler::create_with`] sets left in place
+    /// between creations on this thread, and reset when `f` ends (returns or unwinds): a batch
+    /// of files mostly in a few labels sets each once, not set and reset around every file
+    /// (each an open, write and close of `/proc/thread-self/attr/fscreate`).
+    pub fn holding_creation_context<T>(&self, f: impl FnOnce() -> T) -> T {
+        struct Span;
+        impl Drop for Span {
+            fn drop(&mut self) {
+                let last = HELD.with(|h| {
+                    h.set(h.get() - 1);
+                    h.get() == 0
+                });
+                if last {
+                    // (nothing to report to: a failed reset leaves the thread's context set,
+                    // which every later creation sets or resets first)
+                    let _ =
+                        selinux::SecurityContext::set_default_context_for_new_file_system_objects();
+                }
+            }
+        }
+        HELD.with(|h| h.set(h.get() + 1));
+        let _span = Span;
+        f()
     }
 
     /// Sets `ctx` on `path` itself, never following a symlink.

@@ -145,7 +145,7 @@ install -m 0755 /test/nodectld-release /usr/local/bin/nodectld && install -m 075
 restorecon /usr/local/bin/nodectld /usr/local/bin/nodectl
 # Debug for the placement phases (nodectl::fsio) and each step's time (nodectl::engine) only.
 mkdir -p /etc/systemd/system/nodectld.service.d
-printf '[Service]\nEnvironment=NODECTL_LOG=info,nodectl::fsio=debug,nodectl::engine=debug\n' >/etc/systemd/system/nodectld.service.d/50-bench.conf
+printf '[Service]\nEnvironment=NODECTL_LOG=info,nodectl::fsio=debug,nodectl::engine=debug,nodectl_units::systemd=debug\n' >/etc/systemd/system/nodectld.service.d/50-bench.conf
 install -D -m 0600 /root/bootstrap-kubeconfig /etc/kubernetes/kubeconfig
 kubelet_standin
 systemctl daemon-reload
@@ -244,11 +244,19 @@ check "B3 arrival -> start job within 0.6x of the glue's (guard; the target is 0
   awk -v r="$r_job" 'BEGIN { exit !(r <= 0.6) }'
 
 echo "## B4: nodectl status against systemctl status kubelet"
-st_n() { local t0 t1; t0=$(us); for _ in 1 2 3 4 5 6 7 8 9 10; do nodectl status >/dev/null; done; t1=$(us); echo $(((t1 - t0) / 10)); }
-st_s() { local t0 t1; t0=$(us); for _ in 1 2 3 4 5 6 7 8 9 10; do systemctl status kubelet.service >/dev/null; done; t1=$(us); echo $(((t1 - t0) / 10)); }
+# The median of 11 calls each: a call that comes while nodectld runs a pass waits for it (the
+# node's certificate request backs off in passes 2 s, 4 s, ... after B3), which says how long a
+# pass takes, not how long a status call does.
+median_us() {
+  local i t0 t1 all=()
+  for i in $(seq 11); do t0=$(us); "$@" >/dev/null; t1=$(us); all+=($((t1 - t0))); done
+  printf '%s\n' "${all[@]}" | sort -n | sed -n 6p
+}
+st_n() { median_us nodectl status; }
+st_s() { median_us systemctl status kubelet.service; }
 st_n >/dev/null; st_s >/dev/null
 n=$(st_n); s=$(st_s); r=$(ratio "$n" "$s")
-echo "  | nodectl status $(ms "$n") ms, systemctl status kubelet $(ms "$s") ms (mean of 10): ${r}x"
+echo "  | nodectl status $(ms "$n") ms, systemctl status kubelet $(ms "$s") ms (median of 11): ${r}x"
 row "nodectl status | $(ms "$n") ms | systemctl status kubelet $(ms "$s") ms | ${r}x, target <= 1x: $(awk -v r="$r" 'BEGIN{print (r <= 1 ? "met" : "not met")}')"
 check "B4 nodectl status no slower than systemctl status kubelet" awk -v r="$r" 'BEGIN { exit !(r <= 1) }'
 

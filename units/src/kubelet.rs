@@ -7,6 +7,8 @@ use crate::render::{exec_quote, IniFile, Section};
 /// operator's `kubelet.service.d/10-image-override.conf` always wins.
 pub const AGENT_DROPIN_PREFIX: &str = "00-nodectl-";
 pub const KUBELET_UNIT: &str = "kubelet.service";
+/// The target kubelet.service's `[Install]` section wants it by (`WantedBy=`).
+pub const WANTED_BY: &str = "multi-user.target";
 /// The variable kubelet.service takes its image from (nodectld's drop-in, or an operator's).
 pub const IMAGE_VAR: &str = "KUBELET_IMAGE";
 pub const IMAGE_DROPIN: &str = "00-nodectl-image.conf";
@@ -264,7 +266,7 @@ impl KubeletSpec {
             .comment("/etc/systemd/system/kubelet.service.d/ (e.g. 10-image-override.conf).")
             .section(unit)
             .section(service)
-            .section(Section::new("Install").set("WantedBy", "multi-user.target"))
+            .section(Section::new("Install").set("WantedBy", WANTED_BY))
             .render()
     }
 

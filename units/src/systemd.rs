@@ -240,11 +240,13 @@ impl Client {
     /// Queues a job (mode `replace`) and waits for its JobRemoved signal. The signal stream is
     /// opened before the call, so a job that finishes at once is not missed.
     async fn job(&self, unit: &str, op: JobOp) -> Result<()> {
+        let t = std::time::Instant::now();
         let mut removed = self
             .manager
             .receive_job_removed()
             .await
             .map_err(bus("subscribing to JobRemoved"))?;
+        let matched = t.elapsed();
         let (u, mode) = (unit.to_string(), "replace".to_string());
         let path = match op {
             JobOp::Start => self.manager.start_unit(u, mode).await,
@@ -252,6 +254,12 @@ impl Client {
             JobOp::Stop => self.manager.stop_unit(u, mode).await,
         }
         .map_err(bus(format!("{} {unit}", op.name())))?;
+        tracing::debug!(
+            "{} {unit}: JobRemoved matched in {:.1} ms, job queued {:.1} ms later",
+            op.name(),
+            matched.as_secs_f64() * 1e3,
+            (t.elapsed() - matched).as_secs_f64() * 1e3
+        );
         let wait = async {
             while let Some(sig) = removed.next().await {
                 let Ok(args) = sig.args() else { continue };

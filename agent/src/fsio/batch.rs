@@ -173,7 +173,10 @@ impl Writer<'_> {
         }
         let dir = at.dir_via();
         let name = spec.path.file_name().unwrap_or_default().to_string_lossy();
-        sweep_temps(&dir, &name, spec.temps_of.as_deref());
+        let parent = spec.path.parent().unwrap_or(Path::new("/"));
+        self.with_leftovers(&at, parent, |temps| {
+            sweep_temps(&dir, temps, &name, spec.temps_of.as_deref())
+        });
         // Born with its final label (setfscreatecon), then owner and mode, all before the first
         // byte of content.
         let tmp = self
@@ -294,29 +297,40 @@ fn sync_together(items: &[Sync]) -> Result<(), WriteError> {
     })
 }
 
-/// Removes what a crash left of an earlier write of `name` in `dir` (the held directory): temp
-/// files `.<name>.nodectl-XXXXXX` that were never renamed (complete or not, with the final mode,
-/// owner and label, but a stale copy of a key is still a copy); with `family`, those of every
-/// `<family>...` file (FileSpec::temps_of). Regular files only, never followed. A second
-/// writer of the same file at the same instant (nodectl apply next to nodectld) loses its temp
-/// file and fails its rename; its next pass writes again.
-fn sweep_temps(dir: &Path, name: &str, family: Option<&str>) {
-    let stale = match family {
-        Some(prefix) => format!(".{prefix}"),
-        None => format!(".{name}.nodectl-"),
-    };
+/// The temp files of earlier writes in `dir` (the held directory): regular files named
+/// `.<name>.nodectl-XXXXXX`, never a temp directory's `.nodectl-dir-`.
+pub(super) fn leftover_temps(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
     for e in fs::read_dir(dir).into_iter().flatten().flatten() {
         let n = e.file_name();
         let n = n.to_string_lossy();
         let is_file = e.file_type().is_ok_and(|t| t.is_file());
-        if is_file
-            && n.starts_with(&stale)
-            && n.contains(".nodectl-")
-            && !n.contains(".nodectl-dir-")
+        if is_file && n.starts_with('.') && n.contains(".nodectl-") && !n.contains(".nodectl-dir-")
         {
-            let _ = fs::remove_file(e.path());
+            out.push(n.into_owned());
         }
     }
+    out
+}
+
+/// Removes what a crash left of an earlier write of `name` in `dir` (the held directory),
+/// among `temps` ([`leftover_temps`]): temp files `.<name>.nodectl-XXXXXX` that were never
+/// renamed (complete or not, with the final mode, owner and label, but a stale copy of a key is
+/// still a copy); with `family`, those of every `<family>...` file (FileSpec::temps_of).
+/// Regular files only, never followed. A second writer of the same file at the same instant
+/// (nodectl apply next to nodectld) loses its temp file and fails its rename; its next pass
+/// writes again. Returns the names removed.
+fn sweep_temps(dir: &Path, temps: &[String], name: &str, family: Option<&str>) -> Vec<String> {
+    let stale = match family {
+        Some(prefix) => format!(".{prefix}"),
+        None => format!(".{name}.nodectl-"),
+    };
+    temps
+        .iter()
+        .filter(|n| n.starts_with(&stale))
+        .filter(|n| fs::remove_file(dir.join(n)).is_ok())
+        .cloned()
+        .collect()
 }
 
 #[cfg(test)]

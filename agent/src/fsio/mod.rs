@@ -225,6 +225,9 @@ struct Batch {
     dirs: std::collections::HashMap<PathBuf, std::sync::Arc<std::os::fd::OwnedFd>>,
     /// Parents of the directories this batch created, not synced yet.
     unsynced: Vec<Located>,
+    /// Per directory (node path), the temp files an earlier write left there, listed once at
+    /// the batch's first write into it (the batch's own temp files are never among them).
+    leftovers: std::collections::HashMap<PathBuf, Vec<String>>,
 }
 
 impl<'a> Writer<'a> {
@@ -252,7 +255,7 @@ impl<'a> Writer<'a> {
             }
             *b = Some(Batch::default());
         }
-        let r = f();
+        let r = self.labeler.holding_creation_context(f);
         let left = self
             .batch
             .lock()
@@ -293,6 +296,24 @@ impl<'a> Writer<'a> {
                 Ok(())
             }
             None => at.sync_dir(),
+        }
+    }
+
+    /// Runs `f` on the temp files earlier writes left in `at`'s directory (node path `dir`):
+    /// listed once per batch, else now. `f` returns the names it removed.
+    fn with_leftovers(&self, at: &Located, dir: &Path, f: impl FnOnce(&[String]) -> Vec<String>) {
+        let list = || batch::leftover_temps(&at.dir_via());
+        let mut guard = self.batch.lock().expect("writer batch");
+        match guard.as_mut() {
+            Some(b) => {
+                let names = b.leftovers.entry(dir.to_path_buf()).or_insert_with(list);
+                let gone = f(names);
+                names.retain(|n| !gone.contains(n));
+            }
+            None => {
+                drop(guard);
+                f(&list());
+            }
         }
     }
 

@@ -5,7 +5,7 @@
 //! node-identity ──> kubelet-credentials (below) ──────────────┐
 //! node-files ──────────────────────────────┐
 //! kubelet-unit ────────────────────────────┤
-//! node-files ──> secrets ──> relabel ──────┤
+//! node-files ──> secrets ··> relabel ──────┤
 //!                secrets ──────────────────┤
 //!                secrets ··> bootstrap-kubeconfig ──> kubelet-ca ──┼──> kubelet-running
 //!                            bootstrap-kubeconfig ──> kubelet-credentials ──┘
@@ -13,7 +13,8 @@
 //!
 //! kubelet-running needs every other step. A controller waiting for its bundle has its
 //! bootstrap kubeconfig from provisioning, so kubelet's CA and env file are written then, and
-//! the bundle's pass goes from its placement to kubelet (issue 18).
+//! the managed trees' first full label scan made, and the bundle's pass goes from its
+//! placement to kubelet (issue 18).
 //!
 //! One file per step; what steps share is in `fileset` (files a step owns) and `kubelet`
 //! (kubelet's paths, starting it). Adding a step: a new file with a type implementing

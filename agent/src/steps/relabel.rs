@@ -129,6 +129,13 @@ impl Step for Relabel {
         "managed trees carry their SELinux label (read first, written only where it differs)"
     }
     fn deps(&self) -> &'static [&'static str] {
+        &[]
+    }
+    /// After a bundle is placed in a pass (its files are born labeled; the check that follows
+    /// reads only what changed), but not held back while a controller waits for its bundle or
+    /// a bundle was refused: the trees' first full scan comes before the bundle, off its path
+    /// to kubelet.
+    fn after(&self) -> &'static [&'static str] {
         &["secrets"]
     }
     fn observe<'a>(&'a self, cx: &'a Cx) -> BoxFuture<'a, anyhow::Result<Observation>> {
@@ -136,10 +143,21 @@ impl Step for Relabel {
             if let Some(why) = cx.labeler.skipped() {
                 return Ok(Observation::Converged(format!("labels skipped: {why}")));
             }
+            let t = std::time::Instant::now();
             let reports = self.run(cx, true)?;
             if let Some(e) = relabel_errors(&reports) {
                 return Err(e);
             }
+            let trees = t.elapsed();
+            let private = Self::private_fixes(cx);
+            tracing::debug!(
+                target: "nodectl::engine",
+                "relabel: {} entries checked in {:.1} ms ({}), node credentials' labels in {:.1} ms",
+                reports.iter().map(|(_, r)| r.examined).sum::<u64>(),
+                trees.as_secs_f64() * 1e3,
+                if reports.iter().any(|(_, r)| r.full_scan) { "full scan" } else { "changed since the last check" },
+                (t.elapsed() - trees).as_secs_f64() * 1e3
+            );
             let mut changes = Vec::new();
             let mut examined = 0;
             for (tree, r) in &reports {
@@ -159,7 +177,7 @@ impl Step for Relabel {
                     ));
                 }
             }
-            for (real, cur, want) in Self::private_fixes(cx) {
+            for (real, cur, want) in private {
                 changes.push(Change::new(
                     format!("relabel {} to {want}", real.display()),
                     format!("a node credential labeled {cur} is readable by containers"),
