@@ -173,10 +173,7 @@ impl Writer<'_> {
         }
         let dir = at.dir_via();
         let name = spec.path.file_name().unwrap_or_default().to_string_lossy();
-        let parent = spec.path.parent().unwrap_or(Path::new("/"));
-        self.with_leftovers(&at, parent, |temps| {
-            sweep_temps(&dir, temps, &name, spec.temps_of.as_deref())
-        });
+        self.sweep(&at, spec);
         // Born with its final label (setfscreatecon), then owner and mode, all before the first
         // byte of content.
         let tmp = self
@@ -295,6 +292,17 @@ fn sync_together(items: &[Sync]) -> Result<(), WriteError> {
         }
         result
     })
+}
+
+impl Writer<'_> {
+    /// Removes what a crash left of an earlier write of `spec`'s file in its directory (`at`).
+    fn sweep(&self, at: &Located, spec: &FileSpec) {
+        let name = spec.path.file_name().unwrap_or_default().to_string_lossy();
+        let parent = spec.path.parent().unwrap_or(Path::new("/"));
+        self.with_leftovers(at, parent, |temps| {
+            sweep_temps(&at.dir_via(), temps, &name, spec.temps_of.as_deref())
+        });
+    }
 }
 
 /// The temp files of earlier writes in `dir` (the held directory): regular files named

@@ -8,6 +8,7 @@ mod at;
 mod attrs;
 mod batch;
 mod dirs;
+mod scope;
 
 pub(crate) use attrs::open_nofollow;
 
@@ -211,23 +212,7 @@ pub struct Writer<'a> {
     /// (tests as an ordinary user on a scratch root).
     chown: bool,
     /// Inside [`Writer::batched`]: what one batch shares (`None` outside).
-    batch: std::sync::Mutex<Option<Batch>>,
-}
-
-/// What the writes of one batch share: each directory opened once (a node path's components
-/// are opened one by one from the root, four or five opens a file otherwise, each a few dozen
-/// microseconds under QEMU TCG), and the syncs of the directories it created, made with the
-/// files' syncs (one round of journal commits) instead of one after each directory.
-#[derive(Default)]
-struct Batch {
-    /// Directories opened in this batch, by node path (only existing ones: nothing is
-    /// remembered about a path that was not there).
-    dirs: std::collections::HashMap<PathBuf, std::sync::Arc<std::os::fd::OwnedFd>>,
-    /// Parents of the directories this batch created, not synced yet.
-    unsynced: Vec<Located>,
-    /// Per directory (node path), the temp files an earlier write left there, listed once at
-    /// the batch's first write into it (the batch's own temp files are never among them).
-    leftovers: std::collections::HashMap<PathBuf, Vec<String>>,
+    batch: std::sync::Mutex<Option<scope::Batch>>,
 }
 
 impl<'a> Writer<'a> {
@@ -239,92 +224,6 @@ impl<'a> Writer<'a> {
             chown: nix::unistd::geteuid().is_root(),
             batch: std::sync::Mutex::new(None),
         }
-    }
-
-    /// Runs `f` as one batch (see [`Batch`]; nested calls join the outer one): each directory
-    /// is opened once while it runs, and the directories it creates are made durable with the
-    /// files [`Writer::write_all`] writes in it, before any of them is renamed, or at its end.
-    /// Only for the span of one step's writes: a directory held open is the one it was when
-    /// first opened, whatever happens to its path meanwhile.
-    pub fn batched<T>(&self, f: impl FnOnce() -> Result<T, WriteError>) -> Result<T, WriteError> {
-        {
-            let mut b = self.batch.lock().expect("writer batch");
-            if b.is_some() {
-                drop(b);
-                return f();
-            }
-            *b = Some(Batch::default());
-        }
-        let r = self.labeler.holding_creation_context(f);
-        let left = self
-            .batch
-            .lock()
-            .expect("writer batch")
-            .take()
-            .map(|b| b.unsynced)
-            .unwrap_or_default();
-        let synced = batch::sync_dirs(&left);
-        let v = r?;
-        synced?;
-        Ok(v)
-    }
-
-    /// Where a node path is: its directory opened (see [`at`]), once per batch.
-    fn locate(&self, node_path: &Path) -> io::Result<Located> {
-        let parent = node_path.parent().unwrap_or(Path::new("/"));
-        let held = self
-            .batch
-            .lock()
-            .expect("writer batch")
-            .as_ref()
-            .and_then(|b| b.dirs.get(parent).cloned());
-        if let Some(dir) = held {
-            return at::located_in(dir, self.root, node_path);
-        }
-        let at = at::locate(self.root, node_path)?;
-        if let Some(b) = self.batch.lock().expect("writer batch").as_mut() {
-            b.dirs.insert(parent.to_path_buf(), at.dir_arc());
-        }
-        Ok(at)
-    }
-
-    /// Makes a new entry of `at`'s directory durable: now, or with the batch's syncs.
-    fn sync_later(&self, at: Located) -> io::Result<()> {
-        match self.batch.lock().expect("writer batch").as_mut() {
-            Some(b) => {
-                b.unsynced.push(at);
-                Ok(())
-            }
-            None => at.sync_dir(),
-        }
-    }
-
-    /// Runs `f` on the temp files earlier writes left in `at`'s directory (node path `dir`):
-    /// listed once per batch, else now. `f` returns the names it removed.
-    fn with_leftovers(&self, at: &Located, dir: &Path, f: impl FnOnce(&[String]) -> Vec<String>) {
-        let list = || batch::leftover_temps(&at.dir_via());
-        let mut guard = self.batch.lock().expect("writer batch");
-        match guard.as_mut() {
-            Some(b) => {
-                let names = b.leftovers.entry(dir.to_path_buf()).or_insert_with(list);
-                let gone = f(names);
-                names.retain(|n| !gone.contains(n));
-            }
-            None => {
-                drop(guard);
-                f(&list());
-            }
-        }
-    }
-
-    /// The directories created in this batch and not synced yet (for the files' sync round).
-    fn take_unsynced(&self) -> Vec<Located> {
-        self.batch
-            .lock()
-            .expect("writer batch")
-            .as_mut()
-            .map(|b| std::mem::take(&mut b.unsynced))
-            .unwrap_or_default()
     }
 
     /// The root the writer writes under.
