@@ -489,11 +489,30 @@ async fn a_denied_request_is_not_repeated_until_an_operator_acts() {
     assert!(Path::new(&node.root.path("/var/lib/kubelet/kubeconfig")).exists());
 }
 
-/// Nothing on a controller's critical path waits for the API: in the daemon, a controller
-/// without its certificate starts kubelet standalone in the same pass, without waiting for its
-/// request (the API server it goes to is one of kubelet's static pods), which the next pass
-/// starts; the request goes on in the background and wakes the daemon when the certificate is
-/// issued.
+/// A refused bundle in the inbox does not hold back the node's credentials (bootstrap-kubeconfig
+/// only runs after `secrets`): the request is made and the node's kubeconfig written, while
+/// kubelet-running still waits for the bundle to be dealt with.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_bundle_does_not_hold_back_the_nodes_certificate() {
+    let api = Double::start(Options::default()).await.unwrap();
+    let node = Node::worker(&api);
+    common::drop_bundle(
+        node.root.dir(),
+        "bad",
+        &common::typhoon_bundle(&[("../../etc/cron.d/x", "x")]),
+    );
+    let r = node.pass(false).await;
+    assert_eq!(step(&r, "secrets").name(), "failed", "{r:?}");
+    assert_applied(&r, "kubelet-credentials");
+    assert_eq!(
+        requesters(&api),
+        vec!["system:bootstrap:abcdef".to_string()]
+    );
+    assert!(node.root.path("/var/lib/kubelet/kubeconfig").exists());
+    assert_eq!(step(&r, "kubelet-running").name(), "blocked");
+    assert_eq!(node.calls()["start"], 0);
+}
+
 /// A controller waiting for its bundle, its bootstrap kubeconfig placed by provisioning (issue
 /// 18): kubelet's CA and env file are written while it waits, so the bundle's pass goes from
 /// the placement to kubelet; no certificate is requested before the bundle (the API server runs
@@ -583,6 +602,11 @@ async fn a_controller_waiting_for_its_bundle_writes_kubelets_files_and_asks_nobo
     );
 }
 
+/// Nothing on a controller's critical path waits for the API: in the daemon, a controller
+/// without its certificate starts kubelet standalone in the same pass, without waiting for its
+/// request (the API server it goes to is one of kubelet's static pods), which the next pass
+/// starts; the request goes on in the background and wakes the daemon when the certificate is
+/// issued.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_controller_pass_never_waits_for_the_api() {
     let api = Double::start(Options {

@@ -76,12 +76,6 @@ pub(super) fn located_in(dir: Arc<OwnedFd>, root: &Root, node_path: &Path) -> io
     })
 }
 
-#[cfg(test)]
-thread_local! {
-    /// How many node directories this thread opened (tests count them).
-    pub(super) static OPENED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
-}
-
 /// Opens the node directory `node_dir` under `root` (see the module docs).
 fn open_node_dir(root: &Root, node_dir: &Path) -> io::Result<OwnedFd> {
     #[cfg(test)]
@@ -172,6 +166,12 @@ fn follow(
     }
     next.extend_from_slice(rest);
     Ok(next)
+}
+
+#[cfg(test)]
+thread_local! {
+    /// How many node directories this thread opened (tests count them).
+    pub(super) static OPENED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
 #[cfg(test)]

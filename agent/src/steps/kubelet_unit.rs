@@ -67,12 +67,6 @@ impl KubeletUnit {
     }
 }
 
-/// Whether systemd must re-read kubelet's unit files to see a change. Not when it has never
-/// loaded them (`not-found`: a fresh node): systemd loads a not-found unit again by itself when
-/// the unit directories changed since it last tried (src/core/manager.c,
-/// `manager_unit_cache_should_retry_load`, called from `manager_load_unit_prepare` for LoadUnit and
-/// StartUnit), so the first install costs no `daemon-reload` (about 4 s of the first pass under
-/// QEMU TCG, issue 18). Once loaded, a changed file needs the reload.
 /// kubelet.service enabled as systemd's EnableUnitFiles leaves it: its `[Install]` link
 /// (`WantedBy=`) naming the unit file nodectl writes, read as a link (never followed). Then a
 /// pass asks systemd only for the unit's state: GetUnitFileState makes systemd look the unit
@@ -94,6 +88,12 @@ async fn unit_state(cx: &Cx) -> anyhow::Result<(nodectl_units::systemd::UnitStat
     Ok((state, enabled))
 }
 
+/// Whether systemd must re-read kubelet's unit files to see a change. Not when it has never
+/// loaded them (`not-found`: a fresh node): systemd loads a not-found unit again by itself when
+/// the unit directories changed since it last tried (src/core/manager.c,
+/// `manager_unit_cache_should_retry_load`, called from `manager_load_unit_prepare` for LoadUnit and
+/// StartUnit), so the first install costs no `daemon-reload` (about 4 s of the first pass under
+/// QEMU TCG, issue 18). Once loaded, a changed file needs the reload.
 fn needs_reload(state: &nodectl_units::systemd::UnitState) -> bool {
     state.load != "not-found"
 }

@@ -213,7 +213,7 @@ fn decide(
         (Need::Bootstrap(_), None) if awaits_control_plane(cx) => {
             if changes.is_empty() {
                 return Observation::Converged(
-                    "kubelet standalone; the node's certificate is requested once the control plane's bundle is placed (its API server is one of kubelet's static pods)".into(),
+                    "kubelet's env file for standalone; the node's certificate is requested once the control plane's bundle is placed (its API server is one of kubelet's static pods)".into(),
                 );
             }
         }
@@ -343,8 +343,10 @@ impl KubeletCredentials {
         if pending == Pending::Issued && running {
             return Ok(()); // the request is storing what it was issued; its end wakes a pass
         }
+        // (a `Done` marker is only removed: whether kubelet runs does not matter to it)
         let up = match up {
             Some(u) => u,
+            None if pending == Pending::Done => false,
             None => is_up().await?,
         };
         if up && pending != Pending::Done {
