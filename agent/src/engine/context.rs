@@ -85,3 +85,19 @@ impl Cx {
         Writer::new(&self.root, &self.labeler)
     }
 }
+
+#[cfg(test)]
+impl Cx {
+    /// A worker's pass on a fresh scratch root, systemd offline (unit tests).
+    pub(crate) fn scratch() -> (tempfile::TempDir, Cx) {
+        let d = tempfile::tempdir().expect("a scratch root");
+        let root = crate::root::Root::new(d.path());
+        let host = crate::host::Host::generic();
+        let settings =
+            crate::config::Settings::from_toml("[node]\nrole = \"worker\"\n", &host, "n1");
+        let sd = nodectl_units::systemd::Systemd::Offline(nodectl_units::systemd::Offline::new(
+            d.path(),
+        ));
+        (d, Cx::new(root, host, settings, sd))
+    }
+}

@@ -469,15 +469,7 @@ mod tests {
     }
 
     fn cx() -> (tempfile::TempDir, Cx) {
-        let d = tempfile::tempdir().unwrap();
-        let root = crate::root::Root::new(d.path());
-        let host = crate::host::Host::generic();
-        let settings =
-            crate::config::Settings::from_toml("[node]\nrole = \"worker\"\n", &host, "n1");
-        let sd = nodectl_units::systemd::Systemd::Offline(nodectl_units::systemd::Offline::new(
-            d.path(),
-        ));
-        (d, Cx::new(root, host, settings, sd))
+        Cx::scratch()
     }
 
     #[test]

@@ -105,11 +105,7 @@ impl Writer<'_> {
                 op: "fsync",
             })
             .collect();
-        syncs.extend(distinct(&created).into_iter().map(|at| Sync {
-            fd: at.dir_fd().as_fd(),
-            real: &at.real,
-            op: "fsync directory",
-        }));
+        syncs.extend(distinct(&created).into_iter().map(dir_sync));
         sync_together(&syncs)?;
         phases.sync += t.elapsed();
         let t = Instant::now();
@@ -225,6 +221,15 @@ struct Sync<'a> {
     op: &'static str,
 }
 
+/// A directory whose entries changed, to make durable.
+fn dir_sync<'a>(at: &'a Located) -> Sync<'a> {
+    Sync {
+        fd: at.dir_fd().as_fd(),
+        real: &at.real,
+        op: "fsync directory",
+    }
+}
+
 /// The distinct directories (device and inode) among `at`, first seen first.
 fn distinct(at: &[Located]) -> Vec<&Located> {
     let mut seen = HashSet::new();
@@ -238,14 +243,7 @@ fn distinct(at: &[Located]) -> Vec<&Located> {
 
 /// Syncs directories (renames or new entries in them made durable), together.
 fn sync_dirs_of(dirs: &[&Located]) -> Result<(), WriteError> {
-    let syncs: Vec<Sync> = dirs
-        .iter()
-        .map(|at| Sync {
-            fd: at.dir_fd().as_fd(),
-            real: &at.real,
-            op: "fsync directory",
-        })
-        .collect();
+    let syncs: Vec<Sync> = dirs.iter().map(|at| dir_sync(at)).collect();
     sync_together(&syncs)
 }
 

@@ -219,15 +219,8 @@ mod tests {
     /// never enabled here).
     #[tokio::test]
     async fn an_install_link_to_our_unit_file_is_enabled_without_asking_systemd() {
-        let d = tempfile::tempdir().unwrap();
-        let root = crate::root::Root::new(d.path());
-        let host = crate::host::Host::generic();
-        let settings =
-            crate::config::Settings::from_toml("[node]\nrole = \"worker\"\n", &host, "n1");
-        let sd = nodectl_units::systemd::Systemd::Offline(nodectl_units::systemd::Offline::new(
-            d.path(),
-        ));
-        let cx = Cx::new(root.clone(), host, settings, sd);
+        let (_d, cx) = Cx::scratch();
+        let root = &cx.root;
         assert!(!unit_state(&cx).await.unwrap().1);
         let wants = root.path("/etc/systemd/system/multi-user.target.wants");
         std::fs::create_dir_all(&wants).unwrap();
