@@ -32,6 +32,8 @@ pub(super) struct Located {
     pub(super) real: PathBuf,
     /// The entry through the held directory (`/proc/self/fd/<n>/<name>`).
     pub(super) via: PathBuf,
+    /// The entry's name in the held directory (for `*at` calls on it).
+    pub(super) name: CString,
 }
 
 impl Located {
@@ -73,6 +75,7 @@ pub(super) fn located_in(dir: Arc<OwnedFd>, root: &Root, node_path: &Path) -> io
         dir,
         real: root.path(node_path),
         via,
+        name: cstr(name)?,
     })
 }
 

@@ -17,6 +17,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use super::at::Located;
+use super::temp::Temp;
 use super::{attrs, fchown, label_err, werr, FileSpec, Outcome, WriteError, Writer, S_IFREG};
 use crate::util::crash_point;
 
@@ -25,7 +26,7 @@ const MAX_STAGED: usize = 128;
 
 /// A file whose new version waits under a temp name in its directory.
 struct Staged {
-    tmp: tempfile::NamedTempFile,
+    tmp: Temp,
     at: Located,
     outcome: Outcome,
 }
@@ -100,7 +101,7 @@ impl Writer<'_> {
         let mut syncs: Vec<Sync> = staged
             .iter()
             .map(|s| Sync {
-                fd: s.tmp.as_file().as_fd(),
+                fd: s.tmp.file().as_fd(),
                 real: &s.at.real,
                 op: "fsync",
             })
@@ -113,8 +114,7 @@ impl Writer<'_> {
         for Staged { tmp, at, .. } in staged {
             // Both names through the held directory: the rename happens in it, wherever its
             // path now leads.
-            tmp.persist(&at.via)
-                .map_err(|e| werr(&at.real, "rename")(e.error))?;
+            tmp.persist(&at).map_err(werr(&at.real, "rename"))?;
             crash_point!("fsio::rename");
             dirs.push(at);
         }
@@ -167,27 +167,15 @@ impl Writer<'_> {
                 "a directory is in its place; nodectl will not replace it",
             )));
         }
-        let dir = at.dir_via();
-        let name = spec.path.file_name().unwrap_or_default().to_string_lossy();
         self.sweep(&at, spec);
-        // Born with its final label (setfscreatecon), then owner and mode, all before the first
-        // byte of content.
+        // Born with its final label (setfscreatecon: the kernel labels the new inode with it, or
+        // refuses to create it), then owner and mode, all before the first byte of content.
         let tmp = self
             .labeler
-            .create_with(label.as_ref(), &at.real, || {
-                tempfile::Builder::new()
-                    .prefix(&format!(".{name}.nodectl-"))
-                    .tempfile_in(&dir)
-            })
+            .create_with(label.as_ref(), &at.real, || Temp::create_for(&at))
             .map_err(|e| label_err(&at.real, e))?;
         crash_point!("fsio::temp");
-        let f: &File = tmp.as_file();
-        if let Some(l) = &label {
-            self.labeler
-                .set_on_fd(f, &at.real, l)
-                .map_err(|e| label_err(&at.real, e))?;
-            crash_point!("fsio::label");
-        }
+        let f: &File = tmp.file();
         if self.chown {
             fchown(f, &at.real, spec.uid, spec.gid)?;
             crash_point!("fsio::chown");

@@ -3,12 +3,16 @@
 
 use std::fs::{self, File};
 use std::io;
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
+use nix::fcntl::OFlag;
+use nix::sys::stat::Mode;
+use nix::unistd::UnlinkatFlags;
 use nodectl_selinux::Context;
 
-use super::{at, attrs, fchown, label_err, werr, DirSpec, WriteError, Writer};
+use super::{at, fchown, label_err, werr, DirSpec, WriteError, Writer};
 use crate::util::crash_point;
 
 /// Numbers temp directory names within this process.
@@ -54,25 +58,41 @@ impl Writer<'_> {
                 let _ = fs::remove_dir(e.path());
             }
         }
-        let tmp = at.dir_via().join(format!(
+        // The temp directory made, opened and renamed by name in the held directory (`*at`
+        // calls on its descriptor: no path resolved again).
+        let tmp = format!(
             ".{name}.nodectl-dir-{}-{}",
             std::process::id(),
             TMP_DIRS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-        ));
+        );
+        let dir = Some(at.dir_fd().as_raw_fd());
+        let rmdir = || {
+            let _ = nix::unistd::unlinkat(dir, tmp.as_str(), UnlinkatFlags::RemoveDir);
+        };
         self.labeler
             .create_with(label, &at.real, || {
-                fs::DirBuilder::new().mode(0o700).create(&tmp)
+                nix::sys::stat::mkdirat(dir, tmp.as_str(), Mode::from_bits_truncate(0o700))
+                    .map_err(io::Error::from)
             })
             .map_err(|e| label_err(&at.real, e))?;
         crash_point!("fsio::mkdir");
-        let d = attrs::open_nofollow(&tmp).map_err(werr(&at.real, "open directory"))?;
-        self.set_dir_meta(&d, spec, &at.real, label)?;
+        let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+        let d = match nix::fcntl::openat(dir, tmp.as_str(), flags, Mode::empty()) {
+            // SAFETY: openat returned a new descriptor that nothing else owns.
+            Ok(fd) => unsafe { <File as std::os::fd::FromRawFd>::from_raw_fd(fd) },
+            Err(e) => {
+                rmdir();
+                return Err(werr(&at.real, "open directory")(e.into()));
+            }
+        };
+        // (born with its label: the metadata left to set are owner and mode)
+        self.set_dir_meta(&d, spec, &at.real, None)?;
         crash_point!("fsio::dirmeta");
         match nix::fcntl::renameat2(
-            None,
-            &tmp,
-            None,
-            &at.via,
+            dir,
+            tmp.as_str(),
+            dir,
+            at.name.as_c_str(),
             nix::fcntl::RenameFlags::RENAME_NOREPLACE,
         ) {
             Ok(()) => {
@@ -82,11 +102,11 @@ impl Writer<'_> {
                 Ok(true)
             }
             Err(nix::errno::Errno::EEXIST) => {
-                let _ = fs::remove_dir(&tmp);
+                rmdir();
                 Ok(false)
             }
             Err(e) => {
-                let _ = fs::remove_dir(&tmp);
+                rmdir();
                 Err(werr(&at.real, "rename")(io::Error::from(e)))
             }
         }

@@ -9,6 +9,7 @@ mod attrs;
 mod batch;
 mod dirs;
 mod scope;
+mod temp;
 
 pub(crate) use attrs::open_nofollow;
 
@@ -337,7 +338,7 @@ impl<'a> Writer<'a> {
         let mut missing = Vec::new();
         let mut p = Some(node_dir);
         while let Some(d) = p {
-            if d == Path::new("/") || matches!(self.stat(d)?, Some((_, Some(_)))) {
+            if d == Path::new("/") || self.holds(d) || matches!(self.stat(d)?, Some((_, Some(_)))) {
                 break;
             }
             missing.push(d.to_path_buf());

@@ -70,6 +70,15 @@ impl Writer<'_> {
         Ok(at)
     }
 
+    /// Whether this batch holds `node_dir` open (it exists: an entry in it was located).
+    pub(super) fn holds(&self, node_dir: &Path) -> bool {
+        self.batch
+            .lock()
+            .expect("writer batch")
+            .as_ref()
+            .is_some_and(|b| b.dirs.contains_key(node_dir))
+    }
+
     /// Makes a new entry of `at`'s directory durable: now, or with the batch's syncs.
     pub(super) fn sync_later(&self, at: Located) -> io::Result<()> {
         match self.batch.lock().expect("writer batch").as_mut() {

@@ -54,14 +54,22 @@ impl Secrets {
             &cx.settings.bootstrap_kubeconfig,
             bundle,
         )?;
-        let owner = |name: &str, what: &Path| {
-            crate::accounts::resolve(&cx.root, name).map_err(|e| {
+        // Each owner looked up once (a bundle names two or three for its 22 files; each lookup
+        // reads the passwd and group files).
+        let mut known = std::collections::HashMap::new();
+        let mut owner = |name: &'static str, what: &Path| {
+            if let Some(ids) = known.get(name) {
+                return Ok(*ids);
+            }
+            let ids = crate::accounts::resolve(&cx.root, name).map_err(|e| {
                 anyhow::anyhow!(
                     "{}: {e} (owner of {}); nothing was placed",
                     bundle.display(),
                     what.display()
                 )
-            })
+            })?;
+            known.insert(name, ids);
+            Ok::<_, anyhow::Error>(ids)
         };
         let mut set = FileSet::default();
         for d in &plan.dirs {
