@@ -417,17 +417,16 @@ impl Labeler {
         if self.skipped.is_some() {
             return Ok(None);
         }
-        let ctx = selinux::SecurityContext::of_path(path, false, true)
-            .map_err(|e| LabelError::Lib(e.to_string(), path.to_path_buf()))?;
-        ctx.map(|c| {
-            let s = String::from_utf8_lossy(c.as_bytes()).into_owned();
-            s.parse().map_err(|source| LabelError::Invalid {
-                path: path.to_path_buf(),
-                label: s,
-                source,
-            })
-        })
-        .transpose()
+        parsed(selinux::SecurityContext::of_path(path, false, true), path)
+    }
+
+    /// The label of an open file (`fgetfilecon`: no path resolved). `path` is for error
+    /// messages only.
+    pub fn get_fd(&self, fd: &impl AsRawFd, path: &Path) -> Result<Option<Context>, LabelError> {
+        if self.skipped.is_some() {
+            return Ok(None);
+        }
+        parsed(selinux::SecurityContext::of_file(fd, true), path)
     }
 
     /// Sets `ctx` on an open file (the temp file of an atomic write, before its rename).
@@ -525,6 +524,23 @@ impl Labeler {
         sc.set_for_path(path, false, true)
             .map_err(|e| LabelError::Lib(format!("setting label {ctx}: {e}"), path.to_path_buf()))
     }
+}
+
+/// A label as libselinux read it, parsed (`path` for messages).
+fn parsed(
+    read: selinux::errors::Result<Option<selinux::SecurityContext<'_>>>,
+    path: &Path,
+) -> Result<Option<Context>, LabelError> {
+    let ctx = read.map_err(|e| LabelError::Lib(e.to_string(), path.to_path_buf()))?;
+    ctx.map(|c| {
+        let s = String::from_utf8_lossy(c.as_bytes()).into_owned();
+        s.parse().map_err(|source| LabelError::Invalid {
+            path: path.to_path_buf(),
+            label: s,
+            source,
+        })
+    })
+    .transpose()
 }
 
 #[cfg(test)]

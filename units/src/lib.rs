@@ -21,5 +21,6 @@ macro_rules! crash_point {
 pub use fail as __fail;
 
 pub mod kubelet;
+pub mod memo;
 pub mod render;
 pub mod systemd;

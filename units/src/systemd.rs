@@ -13,6 +13,8 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
+
+use crate::memo::Memo;
 use zbus_systemd::systemd1::{JobRemoved, ManagerProxy, ServiceProxy, UnitProxy};
 use zbus_systemd::zbus;
 
@@ -160,6 +162,8 @@ pub struct Client {
     manager: ManagerProxy<'static>,
     counters: Arc<Counters>,
     job_timeout: Duration,
+    /// Brief states asked in one pass ([`Systemd::for_pass`]); none outside a pass.
+    memo: Option<Memo>,
 }
 
 impl Client {
@@ -185,6 +189,7 @@ impl Client {
             manager,
             counters: Arc::default(),
             job_timeout: Duration::from_secs(300),
+            memo: None,
         })
     }
 
@@ -561,6 +566,8 @@ impl Client {
 #[derive(Clone)]
 pub struct Offline {
     path: PathBuf,
+    /// As [`Client`]'s.
+    memo: Option<Memo>,
 }
 
 #[derive(Default, Serialize, Deserialize)]
@@ -581,6 +588,7 @@ impl Offline {
     pub fn new(root: &Path) -> Self {
         Offline {
             path: root.join(Self::STATE_FILE),
+            memo: None,
         }
     }
 
@@ -662,7 +670,33 @@ impl Systemd {
         matches!(self, Systemd::Offline(_))
     }
 
+    /// The same systemd for one pass: what [`Systemd::brief`] answers is reused by the pass's
+    /// later steps until a call of it changes units ([`crate::memo`]).
+    pub fn for_pass(&self) -> Systemd {
+        let mut s = self.clone();
+        match &mut s {
+            Systemd::Bus(c) => c.memo = Some(Memo::default()),
+            Systemd::Offline(o) => o.memo = Some(Memo::default()),
+        }
+        s
+    }
+
+    fn memo(&self) -> Option<&Memo> {
+        match self {
+            Systemd::Bus(c) => c.memo.as_ref(),
+            Systemd::Offline(o) => o.memo.as_ref(),
+        }
+    }
+
+    /// Before a call that changes units: what was asked before no longer holds.
+    fn forget(&self) {
+        if let Some(m) = self.memo() {
+            m.forget();
+        }
+    }
+
     pub async fn reload(&self) -> Result<()> {
+        self.forget();
         let r = match self {
             Systemd::Bus(c) => c.reload().await,
             Systemd::Offline(o) => o.update(|s| s.calls.reload += 1),
@@ -674,6 +708,7 @@ impl Systemd {
     }
 
     pub async fn start(&self, unit: &str) -> Result<()> {
+        self.forget();
         let r = match self {
             Systemd::Bus(c) => c.start(unit).await,
             Systemd::Offline(o) => o.set_active(unit, true, |c| &mut c.start),
@@ -685,6 +720,7 @@ impl Systemd {
     }
 
     pub async fn restart(&self, unit: &str) -> Result<()> {
+        self.forget();
         let r = match self {
             Systemd::Bus(c) => c.restart(unit).await,
             Systemd::Offline(o) => o.set_active(unit, true, |c| &mut c.restart),
@@ -697,6 +733,7 @@ impl Systemd {
 
     /// See [`Client::queue`]; offline the same as [`Self::start`] / [`Self::restart`].
     pub async fn queue(&self, unit: &str, restart: bool) -> Result<()> {
+        self.forget();
         match (self, restart) {
             (Systemd::Bus(c), _) => c.queue(unit, restart).await,
             (Systemd::Offline(o), false) => o.set_active(unit, true, |c| &mut c.start),
@@ -705,6 +742,7 @@ impl Systemd {
     }
 
     pub async fn stop(&self, unit: &str) -> Result<()> {
+        self.forget();
         match self {
             Systemd::Bus(c) => c.stop(unit).await,
             Systemd::Offline(o) => o.set_active(unit, false, |c| &mut c.stop),
@@ -712,6 +750,7 @@ impl Systemd {
     }
 
     pub async fn enable(&self, units: &[String]) -> Result<()> {
+        self.forget();
         let r = match self {
             Systemd::Bus(c) => c.enable(units).await,
             Systemd::Offline(o) => o.update(|s| {
@@ -749,11 +788,20 @@ impl Systemd {
     }
 
     /// See [`Client::brief`]; offline, the same as [`Systemd::state`].
+    /// Within a pass ([`Systemd::for_pass`]), an answer given earlier in it is reused.
     pub async fn brief(&self, unit: &str, unit_file: bool) -> Result<UnitState> {
-        match self {
+        if let Some(st) = self.memo().and_then(|m| m.get(unit, unit_file)) {
+            return Ok(st);
+        }
+        let asked = std::time::Instant::now();
+        let st = match self {
             Systemd::Bus(c) => c.brief(unit, unit_file).await,
             Systemd::Offline(_) => self.state(unit).await,
+        }?;
+        if let Some(m) = self.memo() {
+            m.put(unit, asked, &st, unit_file);
         }
+        Ok(st)
     }
 
     /// See [`Client::started_at`]; offline, the time of the last start or restart recorded.
@@ -824,6 +872,48 @@ mod tests {
         assert_eq!(
             (c.reload, c.enable, c.start, c.stop, c.restart),
             (1, 1, 1, 1, 0)
+        );
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    /// Within a pass a brief answer is reused, until a call of the pass changes units; outside
+    /// a pass every call asks.
+    #[tokio::test]
+    async fn a_pass_reuses_what_it_asked_until_it_changes_units() {
+        let d = std::env::temp_dir().join(format!("nodectl-memo-{}", std::process::id()));
+        let base = Systemd::Offline(Offline::new(&d));
+        let pass = base.for_pass();
+        let other = Systemd::Offline(Offline::new(&d));
+        assert_eq!(
+            pass.brief("kubelet.service", false).await.unwrap().active,
+            "inactive"
+        );
+        // Started by someone else meanwhile: the pass keeps its answer, a call outside asks.
+        other.start("kubelet.service").await.unwrap();
+        assert_eq!(
+            pass.brief("kubelet.service", false).await.unwrap().active,
+            "inactive"
+        );
+        assert_eq!(
+            base.brief("kubelet.service", false).await.unwrap().active,
+            "active"
+        );
+        // A call of the pass that changes units: asked again.
+        pass.stop("kubelet.service").await.unwrap();
+        other.start("kubelet.service").await.unwrap();
+        assert_eq!(
+            pass.brief("kubelet.service", false).await.unwrap().active,
+            "active"
+        );
+        // A pass that starts afresh asks.
+        other.stop("kubelet.service").await.unwrap();
+        assert_eq!(
+            base.for_pass()
+                .brief("kubelet.service", false)
+                .await
+                .unwrap()
+                .active,
+            "inactive"
         );
         std::fs::remove_dir_all(&d).unwrap();
     }

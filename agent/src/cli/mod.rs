@@ -131,7 +131,7 @@ async fn cx_for(root: &Root) -> anyhow::Result<Cx> {
         root.clone(),
         host,
         settings,
-        systemd_for(root).await?,
+        systemd_for(root).await?.for_pass(),
     ))
 }
 

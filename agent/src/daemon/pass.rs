@@ -98,7 +98,7 @@ impl Passes {
         trigger: Trigger,
         passes: u64,
     ) -> (String, Option<Duration>) {
-        let mut cx = Cx::new(self.root.clone(), host, settings, self.systemd.clone());
+        let mut cx = Cx::new(self.root.clone(), host, settings, self.systemd.for_pass());
         cx.forced = trigger.forced();
         cx.activating = passes == 1;
         cx.facts = self.shared.facts.clone();

@@ -52,10 +52,54 @@ impl Located {
         self.dir.clone()
     }
 
+    /// What is at the entry, by name in the held directory (no path resolved again): nothing,
+    /// something other than a regular file, or the regular file opened for reading (never
+    /// through a symlink, nor opened when the lstat says it is a device or a FIFO).
+    pub(super) fn open_file(&self) -> io::Result<Entry> {
+        use nix::errno::Errno;
+        use nix::fcntl::{AtFlags, OFlag};
+        use nix::sys::stat::{fstatat, Mode, SFlag};
+        let dir = Some(self.dir.as_raw_fd());
+        let st = match fstatat(dir, self.name.as_c_str(), AtFlags::AT_SYMLINK_NOFOLLOW) {
+            Ok(st) => st,
+            Err(Errno::ENOENT) => return Ok(Entry::Missing),
+            Err(e) => return Err(e.into()),
+        };
+        if SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT != SFlag::S_IFREG {
+            return Ok(Entry::Other);
+        }
+        let flags = OFlag::O_RDONLY
+            | OFlag::O_NOFOLLOW
+            | OFlag::O_NONBLOCK
+            | OFlag::O_NOCTTY
+            | OFlag::O_CLOEXEC;
+        let f = match nix::fcntl::openat(dir, self.name.as_c_str(), flags, Mode::empty()) {
+            // SAFETY: openat returned a new descriptor that nothing else owns.
+            Ok(fd) => unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(fd) },
+            // (replaced between the two calls: gone, or a symlink now)
+            Err(Errno::ENOENT) => return Ok(Entry::Missing),
+            Err(Errno::ELOOP) => return Ok(Entry::Other),
+            Err(e) => return Err(e.into()),
+        };
+        Ok(if f.metadata()?.is_file() {
+            Entry::File(f)
+        } else {
+            Entry::Other
+        })
+    }
+
     /// fsync of the held directory (a rename or an unlink in it made durable).
     pub(super) fn sync_dir(&self) -> io::Result<()> {
         nix::unistd::fsync(self.dir.as_raw_fd()).map_err(io::Error::from)
     }
+}
+
+/// What [`Located::open_file`] found at an entry.
+pub(super) enum Entry {
+    Missing,
+    /// A directory, symlink, device, FIFO or socket.
+    Other,
+    File(std::fs::File),
 }
 
 /// Locates `node_path` (absolute) under `root`: its directory opened safely (see the module

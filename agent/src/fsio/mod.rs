@@ -251,24 +251,25 @@ impl<'a> Writer<'a> {
             .or_else(|| self.labeler.default_for(node_path, kind))
     }
 
+    /// How `meta` and the label `have` reads differ from the wanted mode, owner and label.
     fn meta_diff(
         &self,
-        real: &Path,
         meta: &fs::Metadata,
         mode: u32,
         owner: (u32, u32),
         label: Option<Context>,
-    ) -> Result<Diff, WriteError> {
+        have: impl FnOnce() -> Result<Option<Context>, nodectl_selinux::LabelError>,
+    ) -> Result<Diff, nodectl_selinux::LabelError> {
         let mut d = Diff::default();
-        let have = meta.permissions().mode() & 0o7777;
-        if have != mode {
-            d.mode = Some((have, mode));
+        let m = meta.permissions().mode() & 0o7777;
+        if m != mode {
+            d.mode = Some((m, mode));
         }
         if self.chown && (meta.uid(), meta.gid()) != owner {
             d.owner = Some(((meta.uid(), meta.gid()), owner));
         }
         if let Some(want) = label {
-            let have = self.labeler.get(real).map_err(|e| label_err(real, e))?;
+            let have = have()?;
             if have.as_ref() != Some(&want) {
                 d.label = Some((have, want));
             }
@@ -294,28 +295,36 @@ impl<'a> Writer<'a> {
         }
     }
 
-    /// What would change to make the file match `spec`. Reads only.
+    /// What would change to make the file match `spec`. Reads only: the entry by name in its
+    /// held directory, then its metadata, label and content through one descriptor.
     pub fn check(&self, spec: &FileSpec) -> Result<Diff, WriteError> {
-        let Some((at, Some(meta))) = self.stat(&spec.path)? else {
-            return Ok(Diff::missing());
+        let at = match self.locate(&spec.path) {
+            Ok(at) => at,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Diff::missing()),
+            Err(e) => return Err(werr(&self.root.path(&spec.path), "open its directory")(e)),
         };
-        if !meta.file_type().is_file() {
-            return Ok(Diff {
-                not_a_regular_file: true,
-                content: true,
-                ..Diff::default()
-            });
-        }
+        let f = match at.open_file().map_err(werr(&at.real, "open"))? {
+            at::Entry::Missing => return Ok(Diff::missing()),
+            at::Entry::Other => {
+                return Ok(Diff {
+                    not_a_regular_file: true,
+                    content: true,
+                    ..Diff::default()
+                })
+            }
+            at::Entry::File(f) => f,
+        };
+        let meta = f.metadata().map_err(werr(&at.real, "stat"))?;
         let label = self.wanted_label(&spec.path, &spec.label, S_IFREG);
-        let mut d = self.meta_diff(&at.via, &meta, spec.mode, (spec.uid, spec.gid), label)?;
+        let have = || self.labeler.get_fd(&f, &at.real);
+        let mut d = self
+            .meta_diff(&meta, spec.mode, (spec.uid, spec.gid), label, have)
+            .map_err(|e| label_err(&at.real, e))?;
         if meta.len() != spec.content.len() as u64 {
             d.content = true;
         } else {
             let mut have = Vec::with_capacity(spec.content.len());
-            attrs::open_nofollow(&at.via)
-                .and_then(|f| {
-                    io::Read::read_to_end(&mut io::Read::take(f, meta.len() + 1), &mut have)
-                })
+            io::Read::read_to_end(&mut io::Read::take(&f, meta.len() + 1), &mut have)
                 .map_err(werr(&at.real, "read"))?;
             d.content = have != spec.content;
         }
@@ -362,7 +371,9 @@ impl<'a> Writer<'a> {
             )));
         }
         let label = self.wanted_label(&spec.path, &spec.label, S_IFDIR);
-        self.meta_diff(&at.via, &meta, spec.mode, (spec.uid, spec.gid), label)
+        let have = || self.labeler.get(&at.via);
+        self.meta_diff(&meta, spec.mode, (spec.uid, spec.gid), label, have)
+            .map_err(|e| label_err(&at.real, e))
     }
 
     /// Creates the directory (with its label, owner and mode set before it is used) or fixes its
@@ -388,15 +399,27 @@ impl<'a> Writer<'a> {
         Ok(Outcome::MetadataFixed)
     }
 
-    /// Removes a file (not a directory); `false` when it was not there.
+    /// Removes a file (not a directory), durably; `false` when it was not there.
     pub fn remove(&self, node_path: &Path) -> Result<bool, WriteError> {
+        self.unlink(node_path, true)
+    }
+
+    /// Removes a file whose return after a crash is harmless (the next pass removes it again,
+    /// e.g. a bundle whose files are placed), without waiting for the disk.
+    pub fn discard(&self, node_path: &Path) -> Result<bool, WriteError> {
+        self.unlink(node_path, false)
+    }
+
+    fn unlink(&self, node_path: &Path, durably: bool) -> Result<bool, WriteError> {
         let Some((at, _)) = self.stat(node_path)? else {
             return Ok(false);
         };
         match fs::remove_file(&at.via) {
             Ok(()) => {
                 crash_point!("fsio::removed");
-                at.sync_dir().map_err(werr(&at.real, "fsync directory"))?;
+                if durably {
+                    at.sync_dir().map_err(werr(&at.real, "fsync directory"))?;
+                }
                 Ok(true)
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
@@ -512,6 +535,14 @@ mod tests {
         w.write(&FileSpec::new("/etc/x", "new", 0o644)).unwrap();
         assert_eq!(fs::read(root.path("/victim")).unwrap(), b"keep");
         assert!(fs::symlink_metadata(root.path("/etc/x")).unwrap().is_file());
+        // A FIFO in a file's place is never opened (an open for reading would wait for a
+        // writer), only replaced.
+        nix::unistd::mkfifo(&root.path("/etc/fifo"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let spec = FileSpec::new("/etc/fifo", "new", 0o644);
+        assert!(w.check(&spec).unwrap().not_a_regular_file);
+        w.write(&spec).unwrap();
+        assert_eq!(fs::read(root.path("/etc/fifo")).unwrap(), b"new");
+        assert_eq!(w.check(&spec).unwrap(), Diff::default());
     }
 
     #[test]

@@ -371,7 +371,9 @@ impl Step for Secrets {
                 set.apply(cx)?;
                 let placed = t.elapsed();
                 tracing::info!(bundle = %b.display(), files = set.files.len(), "placed {} files from {}", set.files.len(), b.display());
-                cx.writer().remove(&b)?;
+                // (not synced: a bundle back after a crash is placed again, changing nothing,
+                // and removed then)
+                cx.writer().discard(&b)?;
                 tracing::debug!(
                     target: "nodectl::engine",
                     "secrets: {} read again in {:.1} ms, directories and files placed in {:.1} ms, removed in {:.1} ms",
