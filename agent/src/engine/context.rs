@@ -43,6 +43,9 @@ pub struct Cx {
     /// Files the kernel said are complete (closed after writing, renamed in), from the
     /// daemon's inotify watches; empty outside the daemon (the age rule applies then).
     pub settled: std::sync::Arc<crate::util::settled::Settled>,
+    /// Directory fsyncs after this pass's renames, finishing in the background; waited for
+    /// when the pass's context is dropped (`fsio::deferred`).
+    pub deferred: crate::fsio::Deferred,
     /// Set by a step that waits for something to settle (a bundle still being written): the
     /// daemon runs another pass after this long even without an event.
     recheck: std::sync::Mutex<Option<std::time::Duration>>,
@@ -65,6 +68,7 @@ impl Cx {
             activating: false,
             facts: Default::default(),
             settled: Default::default(),
+            deferred: Default::default(),
             recheck: std::sync::Mutex::new(None),
         }
     }
@@ -82,7 +86,7 @@ impl Cx {
 
     /// The one atomic write, with this pass's labeler.
     pub fn writer(&self) -> Writer<'_> {
-        Writer::new(&self.root, &self.labeler)
+        Writer::new(&self.root, &self.labeler).deferring(&self.deferred)
     }
 }
 

@@ -64,12 +64,13 @@ impl Writer<'_> {
         if phases.written > 1 {
             tracing::debug!(
                 files = phases.written,
-                "placed {} files in {} directories: staged (labeled, owned, written) in {:.1} ms, synced in {:.1} ms, renamed in {:.1} ms, directories synced in {:.1} ms",
+                "placed {} files in {} directories: staged (labeled, owned, written) in {:.1} ms, synced in {:.1} ms, renamed in {:.1} ms, directories synced{} in {:.1} ms",
                 phases.written,
                 phases.dirs,
                 phases.stage.as_secs_f64() * 1e3,
                 phases.sync.as_secs_f64() * 1e3,
                 phases.rename.as_secs_f64() * 1e3,
+                if self.deferred.is_some() { " (started: in the background)" } else { "" },
                 phases.dir_sync.as_secs_f64() * 1e3,
             );
         }
@@ -123,7 +124,14 @@ impl Writer<'_> {
         phases.written += dirs.len();
         let dirs = distinct(&dirs);
         phases.dirs += dirs.len();
-        sync_dirs_of(&dirs)?;
+        match self.deferred {
+            Some(d) => d.sync(
+                dirs.iter()
+                    .map(|at| (at.dir_arc(), at.real.clone()))
+                    .collect(),
+            )?,
+            None => sync_dirs_of(&dirs)?,
+        }
         phases.dir_sync += t.elapsed();
         Ok(out)
     }

@@ -1,17 +1,20 @@
 //! The one way nodectl writes a file: a temp file in the target directory gets its final label,
 //! owner and mode before any content is written, then content, fsync, rename over the target,
-//! fsync of the directory. A reader sees the old file or the new one, never a half-written or
+//! fsync of the directory (within a pass, finishing in the background while the pass goes on:
+//! [`Deferred`]). A reader sees the old file or the new one, never a half-written or
 //! mislabeled one. Content that is already right is not rewritten; wrong metadata on right
 //! content is fixed in place.
 
 mod at;
 mod attrs;
 mod batch;
+mod deferred;
 mod dirs;
 mod scope;
 mod temp;
 
 pub(crate) use attrs::open_nofollow;
+pub use deferred::Deferred;
 
 use crate::util::crash_point;
 use std::fmt;
@@ -214,6 +217,8 @@ pub struct Writer<'a> {
     chown: bool,
     /// Inside [`Writer::batched`]: what one batch shares (`None` outside).
     batch: std::sync::Mutex<Option<scope::Batch>>,
+    /// Where directory fsyncs after renames go when they may finish later in the pass.
+    deferred: Option<&'a Deferred>,
 }
 
 impl<'a> Writer<'a> {
@@ -224,6 +229,7 @@ impl<'a> Writer<'a> {
             labeler,
             chown: nix::unistd::geteuid().is_root(),
             batch: std::sync::Mutex::new(None),
+            deferred: None,
         }
     }
 
