@@ -2,8 +2,10 @@
 //! does not ask again (kubelet-running asks what kubelet-unit asked: one bus round trip, ~6 ms
 //! under QEMU TCG on a bundle's way to kubelet). Forgotten on every call through the same
 //! [`crate::systemd::Systemd`] that changes units (start, stop, restart, reload, enable), and
-//! after [`MEMO_TTL`]: a unit changed by someone else meanwhile is seen by the next pass, as a
-//! change after the pass's last look always is.
+//! after [`MEMO_TTL`]: a unit changed by someone else meanwhile is seen by the next look after
+//! that (the next pass: kubelet's own `Restart=` handles its crashes, and a pass comes with the
+//! next event or the hourly resync), as a change after a pass's last look always is. Steps run
+//! one after another, so no answer is asked while a call of the pass changes units.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -244,9 +244,11 @@ impl Client {
 
     /// Queues a job (mode `replace`) and waits for its JobRemoved signal. The signal stream is
     /// opened before the call, so a job that finishes at once is not missed: one AddMatch naming
-    /// systemd as the sender (the bus daemon delivers only its signals), where a proxy's signal
-    /// stream also asks for the name's owner and matches its changes (three round trips, ~8 ms
-    /// under QEMU TCG on the bundle's way to kubelet). (A match held for the client's life would
+    /// systemd as the sender, where a proxy's signal stream also asks for the name's owner and
+    /// matches its changes (three round trips, ~8 ms under QEMU TCG on the bundle's way to
+    /// kubelet). The bus daemon routes a broadcast signal by match rules, so a broadcast
+    /// JobRemoved that reaches this rule is the name's owner's; a signal addressed to nodectld
+    /// (which any peer may send, whatever the rules) is not one systemd sends, and is ignored. (A match held for the client's life would
     /// save the AddMatch too, but wake nodectld for every job that ends on the node: a busy
     /// node's container scopes.)
     async fn job(&self, unit: &str, op: JobOp) -> Result<()> {
@@ -278,7 +280,11 @@ impl Client {
         );
         let wait = async {
             while let Some(msg) = removed.next().await {
-                let Some(sig) = msg.ok().and_then(JobRemoved::from_message) else {
+                let Some(sig) = msg
+                    .ok()
+                    .filter(|m| m.header().destination().is_none())
+                    .and_then(JobRemoved::from_message)
+                else {
                     continue;
                 };
                 let Ok(args) = sig.args() else { continue };

@@ -357,9 +357,27 @@ impl Engine {
             states.insert(step.id(), state.clone());
             out.push(Self::report(step.as_ref(), state));
         }
+        durable(cx, &mut out);
         Report {
             steps: out,
             duration_ms: start.elapsed().as_millis() as u64,
+        }
+    }
+}
+
+/// The pass's directory fsyncs, which finished in the background (`fsio::Deferred`), waited
+/// for: when one failed, the renames of the steps that applied changes may not survive a power
+/// loss, and those steps fail with it.
+fn durable(cx: &Cx, out: &mut [StepReport]) {
+    if let Err(e) = cx.deferred.wait() {
+        let error = format!("{e} (what this pass renamed may not survive a power loss)");
+        tracing::error!("{error}");
+        for s in out.iter_mut() {
+            if matches!(s.state, StepState::Applied { .. }) {
+                s.state = StepState::Failed {
+                    error: error.clone(),
+                };
+            }
         }
     }
 }

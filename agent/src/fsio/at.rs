@@ -4,8 +4,9 @@
 //! nodectld writes into trees that others may write (uid `etcd` owns `/etc/ssl/etcd`; a root
 //! container with a hostPath may write `/etc/kubernetes`). Each component of the directory is
 //! opened with `O_NOFOLLOW | O_DIRECTORY` relative to the one before; the entry is then reached
-//! through the held descriptor (`/proc/self/fd/<n>/<name>`, the directory itself whatever its
-//! path has become) and never followed when it is a symlink. A symlink among the directories is
+//! by name through the held descriptor (`*at` calls on it, or for a few rarer operations
+//! `/proc/self/fd/<n>/<name>`: the directory itself whatever its path has become) and never
+//! followed when it is a symlink. A symlink among the directories is
 //! followed only at the top of the filesystem as the OS lays it out (a link directly in `/` or
 //! `/var`, owned by root: Fedora CoreOS's `/opt -> var/opt`, `/var/run -> ../run`), its target
 //! resolved the same way; anywhere deeper it is refused (`ELOOP`).

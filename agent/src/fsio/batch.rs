@@ -1,10 +1,10 @@
 //! Many files placed at the cost of their writes: every file is staged first (a temp file in
 //! its directory, born with its final label, then owner and mode, then content), then all are
 //! made durable, then renamed over their targets in the order given, then each directory is
-//! synced once. Per file the guarantee is [`Writer::write`]'s (old or new, never half-written or
+//! synced once (within a pass, in the background: [`super::Deferred`]). Per file the guarantee is [`Writer::write`]'s (old or new, never half-written or
 //! mislabeled; a crash leaves each file one or the other); what changes is the number of waits
 //! for the disk. The files are synced from a few threads at once, so that their fsyncs share
-//! journal commits ([`sync_staged`]); each directory is synced once after the renames. One
+//! journal commits ([`sync_together`]); each directory is synced once after the renames. One
 //! `syncfs` would flush whatever else the node has dirty (image layers being pulled) and is not
 //! used.
 
@@ -15,6 +15,8 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
+
+use nodectl_selinux::Context;
 
 use super::at::Located;
 use super::temp::Temp;
@@ -115,15 +117,26 @@ impl Writer<'_> {
         for Staged { tmp, at, .. } in staged {
             // Both names through the held directory: the rename happens in it, wherever its
             // path now leads.
-            tmp.persist(&at).map_err(werr(&at.real, "rename"))?;
+            if let Err(e) = tmp.persist(&at) {
+                // (what was renamed before it is made durable all the same)
+                let _ = self.sync_renamed(&dirs);
+                return Err(werr(&at.real, "rename")(e));
+            }
             crash_point!("fsio::rename");
             dirs.push(at);
         }
         phases.rename += t.elapsed();
         let t = Instant::now();
         phases.written += dirs.len();
-        let dirs = distinct(&dirs);
-        phases.dirs += dirs.len();
+        phases.dirs += self.sync_renamed(&dirs)?;
+        phases.dir_sync += t.elapsed();
+        Ok(out)
+    }
+
+    /// Syncs the directories of renamed files, once each (in the background within a pass:
+    /// [`super::Deferred`]). Returns how many.
+    fn sync_renamed(&self, renamed: &[Located]) -> Result<usize, WriteError> {
+        let dirs = distinct(renamed);
         match self.deferred {
             Some(d) => d.sync(
                 dirs.iter()
@@ -132,8 +145,7 @@ impl Writer<'_> {
             )?,
             None => sync_dirs_of(&dirs)?,
         }
-        phases.dir_sync += t.elapsed();
-        Ok(out)
+        Ok(dirs.len())
     }
 
     /// Stages one file: nothing when it matches, its metadata fixed in place when only that is
@@ -184,6 +196,11 @@ impl Writer<'_> {
             .map_err(|e| label_err(&at.real, e))?;
         crash_point!("fsio::temp");
         let f: &File = tmp.file();
+        if let Some(l) = label.as_ref().filter(|l| !self.born_with(f, &at.real, l)) {
+            self.labeler
+                .set_on_fd(f, &at.real, l)
+                .map_err(|e| label_err(&at.real, e))?;
+        }
         if self.chown {
             fchown(f, &at.real, spec.uid, spec.gid)?;
             crash_point!("fsio::chown");
@@ -301,6 +318,14 @@ fn sync_together(items: &[Sync]) -> Result<(), WriteError> {
 }
 
 impl Writer<'_> {
+    /// Whether a file created under the creation context `label` carries it (read back, one
+    /// `fgetxattr`): not where the filesystem's labels come from the mount (`context=`) or it
+    /// has none, where the kernel ignores the creation context; the label is then set, which
+    /// fails there as it always did, instead of a file placed with another label.
+    pub(super) fn born_with(&self, f: &impl AsRawFd, real: &Path, label: &Context) -> bool {
+        matches!(self.labeler.get_fd(f, real), Ok(Some(l)) if &l == label)
+    }
+
     /// Removes what a crash left of an earlier write of `spec`'s file in its directory (`at`).
     fn sweep(&self, at: &Located, spec: &FileSpec) {
         let name = spec.path.file_name().unwrap_or_default().to_string_lossy();

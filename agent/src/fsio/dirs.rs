@@ -85,8 +85,12 @@ impl Writer<'_> {
                 return Err(werr(&at.real, "open directory")(e.into()));
             }
         };
-        // (born with its label: the metadata left to set are owner and mode)
-        self.set_dir_meta(&d, spec, &at.real, None)?;
+        // (born with its label, read back: the metadata left to set are owner and mode)
+        let unborn = label.filter(|l| !self.born_with(&d, &at.real, l));
+        if let Err(e) = self.set_dir_meta(&d, spec, &at.real, unborn) {
+            rmdir();
+            return Err(e);
+        }
         crash_point!("fsio::dirmeta");
         match nix::fcntl::renameat2(
             dir,

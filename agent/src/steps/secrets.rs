@@ -371,8 +371,13 @@ impl Step for Secrets {
                 set.apply(cx)?;
                 let placed = t.elapsed();
                 tracing::info!(bundle = %b.display(), files = set.files.len(), "placed {} files from {}", set.files.len(), b.display());
-                // (not synced: a bundle back after a crash is placed again, changing nothing,
-                // and removed then)
+                // Not synced: a bundle back after a crash is placed again, changing nothing, and
+                // removed then. Its removal comes after the renames of its files in the
+                // filesystem's journal; with the files on another filesystem, only once their
+                // directories are synced (which otherwise finish in the background).
+                let inbox_dev = std::fs::symlink_metadata(cx.root.path(inbox))
+                    .map_or(u64::MAX, |m| std::os::unix::fs::MetadataExt::dev(&m));
+                cx.deferred.wait_unless_all_on(inbox_dev)?;
                 cx.writer().discard(&b)?;
                 tracing::debug!(
                     target: "nodectl::engine",
