@@ -67,19 +67,27 @@ pub fn parse(text: &str, file: &Path) -> Result<Kubeconfig, KubeconfigError> {
     })
 }
 
-/// A message with every double-quoted value left out (serde quotes the values it refuses, which
-/// in a kubeconfig may be a token or a key; field names stay, in backticks).
+/// A message with every value serde quotes left out: double-quoted strings (a refused value,
+/// which in a kubeconfig may be a token or a key; quoted as Rust's `Debug` does, so a `\"` inside
+/// does not end it) and an unknown variant's name in backticks. Field names stay, in backticks.
 fn redact(message: &str) -> String {
     let mut out = String::new();
-    let mut quoted = false;
-    for c in message.chars() {
-        if c == '"' {
-            if !quoted {
-                out.push_str("\"…\"");
+    let mut chars = message.chars();
+    while let Some(c) = chars.next() {
+        let value = c == '"' || (c == '`' && out.ends_with("variant "));
+        out.push(c);
+        if !value {
+            continue;
+        }
+        out.push('…');
+        out.push(c);
+        // to the closing quote (an unclosed one leaves out the rest)
+        while let Some(d) = chars.next() {
+            if d == '\\' {
+                chars.next();
+            } else if d == c {
+                break;
             }
-            quoted = !quoted;
-        } else if !quoted {
-            out.push(c);
         }
     }
     out
@@ -269,6 +277,23 @@ mod tests {
     use super::*;
 
     const CA: &str = "-----BEGIN CERTIFICATE-----\nMIIBfake\n-----END CERTIFICATE-----\n";
+
+    /// serde quotes a refused value as `Debug` does: an escaped quote inside does not end it
+    /// (the malformed corpus found `users: ..\"SECRET...` quoted back); an unknown variant's
+    /// name is a value too; field names stay.
+    #[test]
+    fn redaction_leaves_out_every_quoted_value_whole() {
+        let m = r#"invalid type: string "..\\\"SECRET-1", expected a sequence"#;
+        assert_eq!(redact(m), r#"invalid type: string "…", expected a sequence"#);
+        let m = "unknown variant `SECRET-2`, expected one of `Never`, missing field `name`";
+        assert_eq!(
+            redact(m),
+            "unknown variant `…`, expected one of `Never`, missing field `name`"
+        );
+        assert_eq!(redact(r#"bad "SECRET-3"#), r#"bad "…""#, "unclosed");
+        let e = parse("users: ..\\\"SECRET-4", Path::new("/k")).unwrap_err();
+        assert!(!e.to_string().contains("SECRET"), "{e}");
+    }
 
     fn typhoon_bootstrap(ca_b64: &str) -> String {
         format!(
