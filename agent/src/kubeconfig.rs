@@ -284,7 +284,10 @@ mod tests {
     #[test]
     fn redaction_leaves_out_every_quoted_value_whole() {
         let m = r#"invalid type: string "..\\\"SECRET-1", expected a sequence"#;
-        assert_eq!(redact(m), r#"invalid type: string "…", expected a sequence"#);
+        assert_eq!(
+            redact(m),
+            r#"invalid type: string "…", expected a sequence"#
+        );
         let m = "unknown variant `SECRET-2`, expected one of `Never`, missing field `name`";
         assert_eq!(
             redact(m),
