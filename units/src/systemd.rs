@@ -248,9 +248,9 @@ impl Client {
     /// matches its changes (three round trips, ~8 ms under QEMU TCG on the bundle's way to
     /// kubelet). The bus daemon routes a broadcast signal by match rules, so a broadcast
     /// JobRemoved that reaches this rule is the name's owner's; a signal addressed to nodectld
-    /// (which any peer may send, whatever the rules) is not one systemd sends, and is ignored. (A match held for the client's life would
-    /// save the AddMatch too, but wake nodectld for every job that ends on the node: a busy
-    /// node's container scopes.)
+    /// (which any peer may send, whatever the rules) is not one systemd sends, and is ignored.
+    /// (A match held for the client's life would save the AddMatch too, but wake nodectld for
+    /// every job that ends on the node: a busy node's container scopes.)
     async fn job(&self, unit: &str, op: JobOp) -> Result<()> {
         let t = std::time::Instant::now();
         let rule = zbus::MatchRule::builder()

@@ -43,8 +43,8 @@ pub struct Cx {
     /// Files the kernel said are complete (closed after writing, renamed in), from the
     /// daemon's inotify watches; empty outside the daemon (the age rule applies then).
     pub settled: std::sync::Arc<crate::util::settled::Settled>,
-    /// Directory fsyncs after this pass's renames, finishing in the background; waited for
-    /// when the pass's context is dropped (`fsio::deferred`).
+    /// Directory fsyncs after this pass's renames, finishing in the background; the engine
+    /// waits for them at the pass's end (`fsio::deferred`).
     pub deferred: crate::fsio::Deferred,
     /// Set by a step that waits for something to settle (a bundle still being written): the
     /// daemon runs another pass after this long even without an event.

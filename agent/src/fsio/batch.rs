@@ -1,9 +1,9 @@
 //! Many files placed at the cost of their writes: every file is staged first (a temp file in
 //! its directory, born with its final label, then owner and mode, then content), then all are
 //! made durable, then renamed over their targets in the order given, then each directory is
-//! synced once (within a pass, in the background: [`super::Deferred`]). Per file the guarantee is [`Writer::write`]'s (old or new, never half-written or
-//! mislabeled; a crash leaves each file one or the other); what changes is the number of waits
-//! for the disk. The files are synced from a few threads at once, so that their fsyncs share
+//! synced once (within a pass, in the background: [`super::Deferred`]). Per file the guarantee
+//! is [`Writer::write`]'s (old or new, never half-written or mislabeled; a crash leaves each
+//! file one or the other); what changes is the number of waits for the disk. The files are synced from a few threads at once, so that their fsyncs share
 //! journal commits ([`sync_together`]); each directory is synced once after the renames. One
 //! `syncfs` would flush whatever else the node has dirty (image layers being pulled) and is not
 //! used.
@@ -11,9 +11,10 @@
 use std::collections::HashSet;
 use std::fs::{self, File};
 use std::io::Write;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nodectl_selinux::Context;
@@ -229,6 +230,8 @@ const SYNC_THREADS: usize = 8;
 
 /// What syncing a staged file is called (in messages).
 const FILE_SYNC: &str = "fsync";
+/// What syncing a directory is called (in messages).
+const DIR_SYNC: &str = "fsync directory";
 
 /// One descriptor to make durable: a staged file, or a directory whose entries changed.
 struct Sync<'a> {
@@ -242,7 +245,7 @@ fn dir_sync<'a>(at: &'a Located) -> Sync<'a> {
     Sync {
         fd: at.dir_fd().as_fd(),
         real: &at.real,
-        op: "fsync directory",
+        op: DIR_SYNC,
     }
 }
 
@@ -255,6 +258,20 @@ fn distinct(at: &[Located]) -> Vec<&Located> {
                 .map_or(true, |st| seen.insert((st.st_dev, st.st_ino)))
         })
         .collect()
+}
+
+/// Syncs directories held open (the path for messages), together: [`super::Deferred`]'s, in its
+/// thread.
+pub(super) fn sync_held(dirs: &[(Arc<OwnedFd>, PathBuf)]) -> Result<(), WriteError> {
+    let syncs: Vec<Sync> = dirs
+        .iter()
+        .map(|(fd, real)| Sync {
+            fd: fd.as_fd(),
+            real,
+            op: DIR_SYNC,
+        })
+        .collect();
+    sync_together(&syncs)
 }
 
 /// Syncs directories (renames or new entries in them made durable), together.

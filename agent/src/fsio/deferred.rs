@@ -4,9 +4,9 @@
 //! loss, and the file under the new name was made durable before the rename (a crash never
 //! shows it half-written, with or without this fsync). So the fsync need not be on the way to
 //! kubelet's start (one journal commit, 5-9 ms of a bundle's pass under QEMU TCG, issue 18): it
-//! starts right after the renames, the pass goes on, and the pass's end waits for it (when its
-//! engine waits at the pass's end, and a failure fails the steps that applied changes; a
-//! [`Deferred`] dropped unwaited waits too). A crash before it completes may lose renames of this
+//! starts right after the renames, the pass goes on, and the engine waits for it at the pass's
+//! end (a failure fails the steps that applied changes; a [`Deferred`] dropped unwaited waits
+//! too). A crash before it completes may lose renames of this
 //! pass; the next boot's first pass, which runs before kubelet, places those files again. A
 //! bundle's removal from the inbox is what must not outlive the renames of its files: on the
 //! same filesystem its journal commits the removal after them (ext4, xfs and btrfs commit
@@ -19,8 +19,8 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-use super::{werr, WriteError, Writer};
-use crate::util::crash_point;
+use super::batch::sync_held;
+use super::{WriteError, Writer};
 
 /// The directory fsyncs a pass left running.
 #[derive(Default)]
@@ -47,13 +47,13 @@ impl Deferred {
         let spawned = std::thread::Builder::new()
             .name("fsync-dirs".into())
             .stack_size(64 * 1024)
-            .spawn(move || sync_all(&theirs));
+            .spawn(move || sync_held(&theirs));
         match spawned {
             Ok(h) => {
                 self.running.lock().expect("deferred syncs").push(h);
                 Ok(())
             }
-            Err(_) => sync_all(&dirs),
+            Err(_) => sync_held(&dirs),
         }
     }
 
@@ -92,14 +92,6 @@ impl Drop for Deferred {
             tracing::error!("{e} (a rename of this pass may not survive a power loss)");
         }
     }
-}
-
-fn sync_all(dirs: &[(Arc<OwnedFd>, PathBuf)]) -> Result<(), WriteError> {
-    for (fd, real) in dirs {
-        nix::unistd::fsync(fd.as_raw_fd()).map_err(|e| werr(real, "fsync directory")(e.into()))?;
-        crash_point!("fsio::fsync");
-    }
-    Ok(())
 }
 
 impl<'a> Writer<'a> {

@@ -7,7 +7,6 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
-use nix::fcntl::OFlag;
 use nix::sys::stat::Mode;
 use nix::unistd::UnlinkatFlags;
 use nodectl_selinux::Context;
@@ -76,13 +75,14 @@ impl Writer<'_> {
             })
             .map_err(|e| label_err(&at.real, e))?;
         crash_point!("fsio::mkdir");
-        let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-        let d = match nix::fcntl::openat(dir, tmp.as_str(), flags, Mode::empty()) {
-            // SAFETY: openat returned a new descriptor that nothing else owns.
-            Ok(fd) => unsafe { <File as std::os::fd::FromRawFd>::from_raw_fd(fd) },
+        let opened = std::ffi::CString::new(tmp.as_str())
+            .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))
+            .and_then(|c| nodectl_selinux::beneath::open_child_dir(at.dir_fd().as_raw_fd(), &c));
+        let d = match opened {
+            Ok(fd) => File::from(fd),
             Err(e) => {
                 rmdir();
-                return Err(werr(&at.real, "open directory")(e.into()));
+                return Err(werr(&at.real, "open directory")(e));
             }
         };
         // (born with its label, read back: the metadata left to set are owner and mode)
