@@ -129,6 +129,17 @@ fn open_node_dir(root: &Root, node_dir: &Path) -> io::Result<OwnedFd> {
     #[cfg(test)]
     OPENED.with(|n| n.set(n.get() + 1));
     let mut want = normal(node_dir)?;
+    // In one call where no symlink is on the way (openat2 refuses any); the walk below answers
+    // for the rest: a symlink the OS laid out to follow, a refusal, or no openat2 here.
+    let whole: PathBuf = want
+        .iter()
+        .map(|c| OsStr::from_bytes(c.as_bytes()))
+        .collect();
+    match open_dir_nofollow(&root.dir().join(whole)) {
+        Ok(fd) => return Ok(fd),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(e),
+        Err(_) => {}
+    }
     for _ in 0..=MAX_HOPS {
         match walk(root, &want)? {
             Ok(fd) => return Ok(fd),
