@@ -63,7 +63,7 @@ fn all() -> Vec<Box<dyn Step>> {
         Box::new(NodeIdentity),
         Box::new(NodeFiles),
         Box::new(KubeletUnit),
-        Box::new(Secrets),
+        Box::new(Secrets::default()),
         Box::new(Relabel::default()),
         Box::new(BootstrapKubeconfig),
         Box::new(KubeletCa),

@@ -2,6 +2,7 @@
 //! mode and label (the pure parser and layout are in [`super::bundle`]).
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use anyhow::Context as _;
 use futures_util::future::BoxFuture;
@@ -22,9 +23,74 @@ pub(crate) const BUNDLE_SETTLE: std::time::Duration = std::time::Duration::from_
 /// with its final owner, mode and label through the one atomic write; the bundle is then removed
 /// from the inbox. On a controller, kubelet waits until the control plane's certificates are in
 /// place.
-pub(crate) struct Secrets;
+#[derive(Default)]
+pub(crate) struct Secrets {
+    /// The bundle `observe` read and checked, for `apply` in the same pass (the engine observes,
+    /// then applies) to place without reading, parsing and checking it again: used only while
+    /// the file is the same one unchanged (device, inode, size, modification and change times
+    /// of the descriptor read), taken by `apply`, dropped when no bundle is pending.
+    read: std::sync::Mutex<Option<ReadBundle>>,
+}
+
+/// A bundle as read and checked, and which file it was.
+struct ReadBundle {
+    path: PathBuf,
+    id: BundleId,
+    set: Arc<FileSet>,
+}
+
+/// What identifies a bundle's content without reading it: a rename in, a rewrite or a touch
+/// each change one of these.
+#[derive(PartialEq, Eq, Clone, Copy)]
+struct BundleId {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+impl BundleId {
+    fn of(m: &std::fs::Metadata) -> BundleId {
+        use std::os::unix::fs::MetadataExt;
+        BundleId {
+            dev: m.dev(),
+            ino: m.ino(),
+            size: m.size(),
+            mtime: (m.mtime(), m.mtime_nsec()),
+            ctime: (m.ctime(), m.ctime_nsec()),
+        }
+    }
+}
 
 impl Secrets {
+    /// The bundle's files (see [`Secrets::fileset`]): as `observe` read them when the bundle is
+    /// still the same file unchanged (`keep`: kept for `apply`), else read now.
+    fn read(&self, cx: &Cx, bundle: &Path, keep: bool) -> anyhow::Result<(Arc<FileSet>, bool)> {
+        let real = cx.root.path(bundle);
+        let f = crate::fsio::open_nofollow(&real)
+            .with_context(|| format!("reading {}", real.display()))?;
+        let id = BundleId::of(
+            &f.metadata()
+                .with_context(|| format!("reading {}", real.display()))?,
+        );
+        let mut read = self.read.lock().expect("secrets read");
+        let cached = read.take().filter(|r| r.path == bundle && r.id == id);
+        let reused = cached.is_some();
+        let set = match cached {
+            Some(r) => r.set,
+            None => Arc::new(Self::fileset(cx, bundle, f)?),
+        };
+        if keep {
+            *read = Some(ReadBundle {
+                path: bundle.to_path_buf(),
+                id,
+                set: set.clone(),
+            });
+        }
+        Ok((set, reused))
+    }
+
     /// Regular, non-hidden files in the inbox, by name (node paths).
     fn bundles(cx: &Cx) -> anyhow::Result<Vec<PathBuf>> {
         let inbox = &cx.settings.secrets_inbox;
@@ -35,17 +101,16 @@ impl Secrets {
     }
 
     /// The files a bundle places, checked whole (nothing is placed from an invalid bundle).
-    fn fileset(cx: &Cx, bundle: &Path) -> anyhow::Result<FileSet> {
+    fn fileset(cx: &Cx, bundle: &Path, f: std::fs::File) -> anyhow::Result<FileSet> {
         let real = cx.root.path(bundle);
         // Bounded: read at most one byte more than a bundle may hold (the parser refuses it).
         let mut bytes = Vec::new();
-        crate::fsio::open_nofollow(&real)
-            .and_then(|f| {
-                use std::io::Read;
-                f.take(super::bundle::MAX_BUNDLE_BYTES as u64 + 1)
-                    .read_to_end(&mut bytes)
-            })
-            .with_context(|| format!("reading {}", real.display()))?;
+        {
+            use std::io::Read;
+            f.take(super::bundle::MAX_BUNDLE_BYTES as u64 + 1)
+                .read_to_end(&mut bytes)
+        }
+        .with_context(|| format!("reading {}", real.display()))?;
         let records = super::bundle::parse(&bytes, bundle)?;
         let plan = super::bundle::plan(
             &records,
@@ -321,7 +386,7 @@ impl Step for Secrets {
                     )));
                 }
                 let t = std::time::Instant::now();
-                let set = Self::fileset(cx, b)?;
+                let (set, _) = self.read(cx, b, true)?;
                 let read = t.elapsed();
                 changes.extend(set.changes(cx)?);
                 tracing::debug!(
@@ -339,6 +404,7 @@ impl Step for Secrets {
             if !changes.is_empty() {
                 return Ok(Observation::Changes(changes));
             }
+            self.read.lock().expect("secrets read").take();
             if !Self::controller_ready(cx) {
                 return Ok(Observation::Waiting(format!(
                     "the bootstrap assets bundle in {} (a controller needs /etc/kubernetes/pki)",
@@ -366,7 +432,7 @@ impl Step for Secrets {
                 }
                 // Checked whole before anything is written.
                 let t = std::time::Instant::now();
-                let set = Self::fileset(cx, &b)?;
+                let (set, reused) = self.read(cx, &b, false)?;
                 let read = t.elapsed();
                 set.apply(cx)?;
                 let placed = t.elapsed();
@@ -381,8 +447,9 @@ impl Step for Secrets {
                 cx.writer().discard(&b)?;
                 tracing::debug!(
                     target: "nodectl::engine",
-                    "secrets: {} read again in {:.1} ms, directories and files placed in {:.1} ms, removed in {:.1} ms",
+                    "secrets: {} {} in {:.1} ms, directories and files placed in {:.1} ms, removed in {:.1} ms",
                     b.display(),
+                    if reused { "as read before (the same file unchanged)" } else { "read again" },
                     read.as_secs_f64() * 1e3,
                     (placed - read).as_secs_f64() * 1e3,
                     (t.elapsed() - placed).as_secs_f64() * 1e3
@@ -499,6 +566,58 @@ mod tests {
         // and with that, a controller does not look up ahead
         let names = bundle_names(&inbox);
         assert!(!should_warm(Role::Controller, true, true, false, &names));
+    }
+
+    #[tokio::test]
+    async fn apply_places_what_observe_read_only_while_the_bundle_is_the_same_file() {
+        let (d, cx) = Cx::scratch();
+        let s = Secrets::default();
+        let inbox = d.path().join("var/lib/nodectl/inbox");
+        std::fs::create_dir_all(&inbox).unwrap();
+        let kubeconfig = d.path().join("etc/kubernetes/kubeconfig");
+        // written aside, dated back (a bundle modified within the last second still settles),
+        // renamed in
+        let drop_in = |content: &str| {
+            let aside = inbox.join(".assets");
+            std::fs::write(&aside, format!("##### kubelet/kubeconfig\n{content}\n")).unwrap();
+            let old = std::time::SystemTime::now() - std::time::Duration::from_secs(10);
+            std::fs::File::options()
+                .write(true)
+                .open(&aside)
+                .unwrap()
+                .set_modified(old)
+                .unwrap();
+            std::fs::rename(&aside, inbox.join("assets")).unwrap();
+        };
+        drop_in("first");
+        assert!(matches!(
+            s.observe(&cx).await.unwrap(),
+            Observation::Changes(_)
+        ));
+        assert!(s.read.lock().unwrap().is_some(), "kept for apply");
+        // another bundle renamed in over it between observe and apply: apply reads that one
+        drop_in("second");
+        s.apply(&cx).await.unwrap();
+        assert_eq!(std::fs::read_to_string(&kubeconfig).unwrap(), "second\n");
+        assert!(s.read.lock().unwrap().is_none(), "nothing kept after apply");
+        assert!(!inbox.join("assets").exists());
+        // the same file unchanged: apply places what observe read, and keeps nothing after
+        drop_in("third");
+        assert!(matches!(
+            s.observe(&cx).await.unwrap(),
+            Observation::Changes(_)
+        ));
+        let (_, reused) = s
+            .read(&cx, &cx.settings.secrets_inbox.join("assets"), true)
+            .unwrap();
+        assert!(reused, "the same file unchanged is not read again");
+        s.apply(&cx).await.unwrap();
+        assert_eq!(std::fs::read_to_string(&kubeconfig).unwrap(), "third\n");
+        assert!(s.read.lock().unwrap().is_none());
+        assert!(matches!(
+            s.observe(&cx).await.unwrap(),
+            Observation::Converged(_) | Observation::Waiting(_)
+        ));
     }
 
     #[test]
