@@ -20,6 +20,7 @@
 //! (kubelet's paths, starting it). Adding a step: a new file with a type implementing
 //! [`Step`], one line in [`engine`] (and in the dependency test below).
 
+mod ahead;
 mod bootstrap_kubeconfig;
 pub(crate) mod bundle;
 mod fileset;
@@ -34,6 +35,7 @@ mod node_identity;
 mod relabel;
 mod secrets;
 
+pub(crate) use ahead::warm_labels;
 pub(crate) use bootstrap_kubeconfig::BootstrapKubeconfig;
 pub(crate) use bundle::CONTROL_PLANE_UID;
 pub(crate) use kubelet::running_image;
@@ -47,7 +49,6 @@ pub(crate) use kubelet_unit::KubeletUnit;
 pub(crate) use node_files::NodeFiles;
 pub(crate) use node_identity::{NodeIdentity, RESOLV_CONF};
 pub(crate) use relabel::Relabel;
-pub(crate) use secrets::warm_labels;
 pub(crate) use secrets::Secrets;
 
 use crate::engine::{Engine, Step};

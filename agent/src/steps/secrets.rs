@@ -10,7 +10,7 @@ use futures_util::FutureExt;
 
 use super::bundle::CONTROL_PLANE_CA;
 use super::fileset::FileSet;
-use crate::config::{Role, Settings};
+use crate::config::Role;
 use crate::engine::{Change, Cx, Observation, Step};
 use crate::fsio::{DirSpec, FileSpec};
 
@@ -119,32 +119,37 @@ impl Secrets {
             &cx.settings.bootstrap_kubeconfig,
             bundle,
         )?;
-        // Each owner looked up once (a bundle names two or three for its 22 files; each lookup
-        // reads the passwd and group files).
+        Self::specs(cx, plan, bundle)
+    }
+
+    /// A plan's directories and files with their owners' ids (each owner looked up once: a
+    /// bundle names two or three for its 22 files, and each lookup reads the passwd and group
+    /// files). `what` names the bundle in messages.
+    fn specs(cx: &Cx, plan: super::bundle::Plan, what: &Path) -> anyhow::Result<FileSet> {
         let mut known = std::collections::HashMap::new();
-        let mut owner = |name: &'static str, what: &Path| {
+        let mut owner = |name: &'static str, of: &Path| {
             if let Some(ids) = known.get(name) {
                 return Ok(*ids);
             }
             let ids = crate::accounts::resolve(&cx.root, name).map_err(|e| {
                 anyhow::anyhow!(
                     "{}: {e} (owner of {}); nothing was placed",
-                    bundle.display(),
-                    what.display()
+                    what.display(),
+                    of.display()
                 )
             })?;
             known.insert(name, ids);
             Ok::<_, anyhow::Error>(ids)
         };
         let mut set = FileSet::default();
-        for d in &plan.dirs {
+        for d in plan.dirs {
             let (uid, gid) = owner(d.owner, &d.dest)?;
             set.dirs.push(DirSpec {
-                path: d.dest.clone(),
+                path: d.dest,
                 mode: d.mode,
                 uid,
                 gid,
-                label: d.label.clone(),
+                label: d.label,
             });
         }
         for f in plan.files {
@@ -160,6 +165,20 @@ impl Secrets {
             });
         }
         Ok(set)
+    }
+
+    /// On a controller waiting for its bundle: the directories it fills in any case
+    /// ([`super::ahead::ahead_dirs`]), to make now; none elsewhere, nor where an owner is
+    /// unknown (the bundle's pass reports that when it comes, as before).
+    fn ahead(cx: &Cx) -> FileSet {
+        if cx.settings.role != Role::Controller || Self::controller_ready(cx) {
+            return FileSet::default();
+        }
+        let plan = super::bundle::Plan {
+            dirs: super::ahead::ahead_dirs(&cx.settings),
+            files: Vec::new(),
+        };
+        Self::specs(cx, plan, Path::new("directories made ahead of the bundle")).unwrap_or_default()
     }
 
     /// Still being written: not closed nor renamed in as far as the kernel told the daemon,
@@ -183,7 +202,7 @@ impl Secrets {
 
 /// The bundles in the inbox directory `real`: its regular, non-hidden files (a file being
 /// written aside is hidden until renamed in), by name, sorted; none when it does not exist.
-fn bundle_names(real: &Path) -> std::io::Result<Vec<String>> {
+pub(super) fn bundle_names(real: &Path) -> std::io::Result<Vec<String>> {
     let entries = match std::fs::read_dir(real) {
         Ok(e) => e,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -200,157 +219,6 @@ fn bundle_names(real: &Path) -> std::io::Result<Vec<String>> {
     }
     out.sort();
     Ok(out)
-}
-
-/// A controller's bundle as terraform-render-bootstrap writes it: the names of its `assets_dist`
-/// output (outputs.tf at e834a08, July 2026: auth.tf, tls-etcd.tf, tls-k8s.tf,
-/// tls-aggregation.tf; manifests.tf's `static-manifests/*` and `manifests/**` from
-/// resources/manifests, resources/coredns and resources/kube-proxy; conditional.tf's
-/// `manifests/network/*` from resources/flannel or resources/cilium), and Typhoon's
-/// `kubelet/kubeconfig`. Only what [`warm_labels`] looks up ahead: a bundle holding other names
-/// is placed the same, its labels looked up when it comes.
-const TYPHOON_RECORDS: &[&str] = &[
-    "auth/admin.conf",
-    "auth/controller-manager.conf",
-    "auth/scheduler.conf",
-    "tls/etcd/etcd-client-ca.crt",
-    "tls/etcd/etcd-client.crt",
-    "tls/etcd/etcd-client.key",
-    "tls/etcd/server-ca.crt",
-    "tls/etcd/server.crt",
-    "tls/etcd/server.key",
-    "tls/etcd/peer-ca.crt",
-    "tls/etcd/peer.crt",
-    "tls/etcd/peer.key",
-    "tls/k8s/ca.crt",
-    "tls/k8s/ca.key",
-    "tls/k8s/apiserver.crt",
-    "tls/k8s/apiserver.key",
-    "tls/k8s/service-account.pub",
-    "tls/k8s/service-account.key",
-    "tls/k8s/aggregation-ca.crt",
-    "tls/k8s/aggregation-client.crt",
-    "tls/k8s/aggregation-client.key",
-    "static-manifests/kube-apiserver.yaml",
-    "static-manifests/kube-controller-manager.yaml",
-    "static-manifests/kube-scheduler.yaml",
-    "manifests/bootstrap-cluster-role-binding.yaml",
-    "manifests/bootstrap-new-approve-cluster-role-binding.yaml",
-    "manifests/bootstrap-renew-approve-cluster-role-binding.yaml",
-    "manifests/bootstrap-token.yaml",
-    "manifests/in-cluster.yaml",
-    "manifests/kubeconfig-in-cluster.yaml",
-    "manifests/kubelet-delete-cluster-role-binding.yaml",
-    "manifests/kubelet-delete-cluster-role.yaml",
-    "manifests/coredns/cluster-role-binding.yaml",
-    "manifests/coredns/cluster-role.yaml",
-    "manifests/coredns/config.yaml",
-    "manifests/coredns/deployment.yaml",
-    "manifests/coredns/service-account.yaml",
-    "manifests/coredns/service.yaml",
-    "manifests/kube-proxy/kube-proxy-role-binding.yaml",
-    "manifests/kube-proxy/kube-proxy-sa.yaml",
-    "manifests/kube-proxy/kube-proxy.yaml",
-    "manifests/network/cluster-role-binding.yaml",
-    "manifests/network/cluster-role.yaml",
-    "manifests/network/config.yaml",
-    "manifests/network/daemonset.yaml",
-    "manifests/network/deployment.yaml",
-    "manifests/network/service-account.yaml",
-    "kubelet/kubeconfig",
-];
-
-use libc::{S_IFDIR, S_IFREG};
-
-/// [`TYPHOON_RECORDS`] as (empty) bundle records.
-fn typhoon_records() -> Vec<super::bundle::Record> {
-    TYPHOON_RECORDS
-        .iter()
-        .enumerate()
-        .map(|(i, r)| super::bundle::Record {
-            path: (*r).to_string(),
-            content: Vec::new(),
-            line: i + 1,
-        })
-        .collect()
-}
-
-/// The default labels a controller's bundle pass asks for (node path, file type), when its
-/// records carry Typhoon's names: every directory and file the layout leaves at the policy's
-/// default (etcd's keys, the bootstrap manifests, the bootstrap kubeconfig) and the files the
-/// steps after `secrets` write in that pass (kubelet's CA and environment file).
-pub(crate) fn bundle_label_paths(settings: &Settings) -> Vec<(PathBuf, u32)> {
-    let records = typhoon_records();
-    let mut out: Vec<(PathBuf, u32)> = Vec::new();
-    let mut add = |p: &Path, kind: u32| {
-        if !out.iter().any(|(q, k)| q == p && *k == kind) {
-            out.push((p.to_path_buf(), kind));
-        }
-    };
-    if let Ok(plan) = super::bundle::plan(
-        &records,
-        super::bundle::TYPHOON_LAYOUT,
-        Role::Controller,
-        &settings.bootstrap_kubeconfig,
-        Path::new("(labels looked up ahead)"),
-    ) {
-        for d in plan.dirs.iter().filter(|d| d.label.is_none()) {
-            add(&d.dest, S_IFDIR);
-        }
-        for f in plan.files.iter().filter(|f| f.label.is_none()) {
-            add(&f.dest, S_IFREG);
-        }
-    }
-    for f in [super::kubelet::KUBELET_CA, super::kubelet::KUBELET_ENV] {
-        add(Path::new(f), S_IFREG);
-    }
-    out
-}
-
-/// Whether to look up a bundle's labels ahead now: on a controller still waiting for its
-/// bundle (no control-plane CA placed, no bundle in the inbox: with one, its pass is under
-/// way), where labels apply and their answers stay cached (otherwise the lookups would be
-/// thrown away and the bundle's pass would pay them again). An inbox that cannot be read: no.
-fn should_warm(
-    role: Role,
-    labels: bool,
-    caches: bool,
-    ca_placed: bool,
-    inbox: &std::io::Result<Vec<String>>,
-) -> bool {
-    role == Role::Controller
-        && labels
-        && caches
-        && !ca_placed
-        && inbox.as_ref().is_ok_and(|b| b.is_empty())
-}
-
-/// While a controller waits for its bundle, looks up the default labels its pass will ask for
-/// ([`bundle_label_paths`]), so that pass opens no file_contexts handle: opening one and the
-/// first lookups cost 80-250 ms under QEMU TCG, on the way to kubelet's start (issue 18). The
-/// answers stay in the labeler's process-wide cache (a few dozen short strings, dropped when
-/// the policy's files change); the handles are closed with the labeler. Only when
-/// [`should_warm`]; once done, the next calls find every answer cached and open nothing.
-/// Returns the subsets opened.
-pub(crate) fn warm_labels(
-    root: &crate::root::Root,
-    settings: &Settings,
-    labeler: &nodectl_selinux::Labeler,
-) -> Vec<PathBuf> {
-    let warm = should_warm(
-        settings.role,
-        labeler.skipped().is_none(),
-        labeler.caches(),
-        root.path(CONTROL_PLANE_CA).exists(),
-        &bundle_names(&root.path(&settings.secrets_inbox)),
-    );
-    if !warm {
-        return Vec::new();
-    }
-    for (p, kind) in bundle_label_paths(settings) {
-        labeler.default_for(&p, kind);
-    }
-    labeler.opened()
 }
 
 impl Step for Secrets {
@@ -405,6 +273,15 @@ impl Step for Secrets {
                 return Ok(Observation::Changes(changes));
             }
             self.read.lock().expect("secrets read").take();
+            let ahead = Self::ahead(cx).changes(cx)?;
+            if !ahead.is_empty() {
+                return Ok(Observation::Changes(
+                    ahead
+                        .into_iter()
+                        .map(|c| Change::new(c.what, format!("{}; made ahead of the bundle, which fills it", c.why)))
+                        .collect(),
+                ));
+            }
             if !Self::controller_ready(cx) {
                 return Ok(Observation::Waiting(format!(
                     "the bootstrap assets bundle in {} (a controller needs /etc/kubernetes/pki)",
@@ -455,6 +332,8 @@ impl Step for Secrets {
                     (t.elapsed() - placed).as_secs_f64() * 1e3
                 );
             }
+            // (none once the bundle placed the control plane's CA)
+            Self::ahead(cx).apply(cx)?;
             Ok(())
         }
         .boxed()
@@ -463,7 +342,10 @@ impl Step for Secrets {
 
 #[cfg(test)]
 mod tests {
+    use super::super::ahead::{bundle_label_paths, should_warm, typhoon_records, warm_labels};
     use super::*;
+    use crate::config::Settings;
+    use libc::{S_IFDIR, S_IFREG};
 
     fn controller() -> Settings {
         let host = crate::host::Host::generic();
@@ -484,7 +366,7 @@ mod tests {
             Path::new("t"),
         )
         .expect("Typhoon's names plan on a controller");
-        assert_eq!(plan.files.len(), TYPHOON_RECORDS.len());
+        assert_eq!(plan.files.len(), records.len());
 
         let paths = bundle_label_paths(&s);
         let has = |p: &str, kind: u32| paths.contains(&(PathBuf::from(p), kind));
@@ -618,6 +500,64 @@ mod tests {
             s.observe(&cx).await.unwrap(),
             Observation::Converged(_) | Observation::Waiting(_)
         ));
+    }
+
+    #[tokio::test]
+    async fn a_waiting_controller_makes_the_directories_its_bundle_fills_ahead() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(d.path().join("etc")).unwrap();
+        std::fs::write(
+            d.path().join("etc/passwd"),
+            "root:x:0:0::/root:/bin/sh\netcd:x:232:232::/var/lib/etcd:/sbin/nologin\n",
+        )
+        .unwrap();
+        std::fs::write(d.path().join("etc/group"), "root:x:0:\netcd:x:232:\n").unwrap();
+        let sd = nodectl_units::systemd::Systemd::Offline(nodectl_units::systemd::Offline::new(
+            d.path(),
+        ));
+        let cx = Cx::new(
+            crate::root::Root::new(d.path()),
+            crate::host::Host::generic(),
+            controller(),
+            sd,
+        );
+        let s = Secrets::default();
+        std::fs::create_dir_all(d.path().join("var/lib/nodectl/inbox")).unwrap();
+        let Observation::Changes(c) = s.observe(&cx).await.unwrap() else {
+            panic!("the directories are to be made")
+        };
+        let mut made: Vec<&str> = c.iter().map(|c| c.what.as_str()).collect();
+        made.sort_unstable();
+        assert_eq!(
+            made,
+            [
+                "create directory /etc/kubernetes/pki (0700)",
+                "create directory /etc/ssl/etcd (0700)",
+                "create directory /etc/ssl/etcd/etcd (0700)",
+                "create directory /opt/bootstrap/assets (0700)",
+                "create directory /opt/bootstrap/assets/manifests (0700)",
+            ],
+            "{c:?}"
+        );
+        s.apply(&cx).await.unwrap();
+        use std::os::unix::fs::MetadataExt;
+        let etcd = std::fs::metadata(d.path().join("etc/ssl/etcd/etcd")).unwrap();
+        assert_eq!(
+            (etcd.mode() & 0o7777, etcd.uid(), etcd.gid()),
+            (0o700, 232, 232)
+        );
+        assert!(std::fs::read_dir(d.path().join("etc/kubernetes/pki"))
+            .unwrap()
+            .next()
+            .is_none());
+        // then it waits, changing nothing more, until the bundle comes
+        assert!(matches!(
+            s.observe(&cx).await.unwrap(),
+            Observation::Waiting(_)
+        ));
+        // a worker makes none
+        let (_w, worker) = Cx::scratch();
+        assert!(Secrets::ahead(&worker).dirs.is_empty());
     }
 
     #[test]
