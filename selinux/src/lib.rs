@@ -324,6 +324,23 @@ impl Labeler {
         found
     }
 
+    /// Whether [`Labeler::default_for`] answers `path` without opening a file_contexts handle:
+    /// labels are skipped here, or the answer is in the process-wide cache.
+    pub fn knows_default(&self, path: &Path, file_mode: u32) -> bool {
+        const S_IFMT: u32 = 0o170000;
+        if self.skipped.is_some() {
+            return true;
+        }
+        let Some(stamp) = &self.stamp else {
+            return false;
+        };
+        let key = (path.to_path_buf(), file_mode & S_IFMT);
+        DEFAULTS.lock().is_ok_and(|c| {
+            c.as_ref()
+                .is_some_and(|(s, map)| s == stamp && map.contains_key(&key))
+        })
+    }
+
     /// Looks up now the default labels of `paths` (node path, `st_mode` file type bits) that
     /// are not cached yet: when they span `WHOLE_AT` file_contexts subsets or more, one
     /// handle on the whole database answers them all and the later lookups of this labeler

@@ -219,6 +219,13 @@ expect "B3 kubelet inactive" "$(systemctl is-active kubelet.service)" inactive
 # As on a real controller, where Terraform copies the bundle in well after the first boot: the
 # labels its pass needs are looked up once the waiting pass is done.
 check "B3 it looks up the bundle's default labels while waiting" wait_until 20 sh -c "journalctl -u nodectld.service --since '$b3' --no-pager | grep -q 'looked up ahead'"
+# ... and the directories every bundle fills are made (empty) in a pass right after that, with
+# their final owner, mode and the policy's label, so the bundle's pass only writes files.
+check "B3 the directories a bundle fills are made while it waits" wait_until 10 test -d /etc/ssl/etcd/etcd
+expect "B3 /etc/ssl/etcd/etcd: owner and mode" "$(stat -c '%U %a' /etc/ssl/etcd/etcd)" "etcd 700"
+expect "B3 the directories made ahead carry the policy's labels" \
+  "$(restorecon -n -v /etc/ssl/etcd /etc/ssl/etcd/etcd /opt/bootstrap /opt/bootstrap/assets /opt/bootstrap/assets/manifests 2>&1)" ""
+expect "B3 they are empty" "$(find /etc/kubernetes/pki /etc/ssl/etcd /opt/bootstrap -type f | wc -l)" 0
 mkdir -p $INBOX && make_bundle $INBOX/.assets
 sync
 since=$(date '+%Y-%m-%d %H:%M:%S')

@@ -19,6 +19,12 @@ use crate::fsio::{DirSpec, FileSpec};
 /// always safe.
 pub(crate) const BUNDLE_SETTLE: std::time::Duration = std::time::Duration::from_secs(1);
 
+/// When the pass that makes the directories ahead of a bundle comes, after one that put them
+/// off for their labels: past the look-ahead that follows a waiting pass.
+const AHEAD_AFTER: std::time::Duration = std::time::Duration::from_millis(100);
+
+const S_IFDIR: u32 = 0o040000;
+
 /// Bootstrap secrets: bundles dropped into the inbox are checked whole, then every file is placed
 /// with its final owner, mode and label through the one atomic write; the bundle is then removed
 /// from the inbox. On a controller, kubelet waits until the control plane's certificates are in
@@ -30,6 +36,9 @@ pub(crate) struct Secrets {
     /// the file is the same one unchanged (device, inode, size, modification and change times
     /// of the descriptor read), taken by `apply`, dropped when no bundle is pending.
     read: std::sync::Mutex<Option<ReadBundle>>,
+    /// Set once the directories made ahead were put off until their default labels are looked
+    /// up (`ahead`): at most once, so a lookup that keeps failing never delays them again.
+    ahead_put_off: std::sync::atomic::AtomicBool,
 }
 
 /// A bundle as read and checked, and which file it was.
@@ -170,12 +179,26 @@ impl Secrets {
     /// On a controller waiting for its bundle: the directories it fills in any case
     /// ([`super::ahead::ahead_dirs`]), to make now; none elsewhere, nor where an owner is
     /// unknown (the bundle's pass reports that when it comes, as before).
-    fn ahead(cx: &Cx) -> FileSet {
+    ///
+    /// Their default labels come from the look-ahead after a waiting pass (`warm_labels`): a
+    /// pass that would open a file_contexts handle for them (the first, 100-300 ms under QEMU
+    /// TCG) puts them off once and asks for a pass right after that look-ahead instead.
+    fn ahead(&self, cx: &Cx) -> FileSet {
+        use std::sync::atomic::Ordering;
         if cx.settings.role != Role::Controller || Self::controller_ready(cx) {
             return FileSet::default();
         }
+        let dirs = super::ahead::ahead_dirs(&cx.settings);
+        let unknown = cx.labeler.caches()
+            && dirs
+                .iter()
+                .any(|d| d.label.is_none() && !cx.labeler.knows_default(&d.dest, S_IFDIR));
+        if unknown && !self.ahead_put_off.swap(true, Ordering::Relaxed) {
+            cx.recheck_in(AHEAD_AFTER);
+            return FileSet::default();
+        }
         let plan = super::bundle::Plan {
-            dirs: super::ahead::ahead_dirs(&cx.settings),
+            dirs,
             files: Vec::new(),
         };
         Self::specs(cx, plan, Path::new("directories made ahead of the bundle")).unwrap_or_default()
@@ -273,7 +296,7 @@ impl Step for Secrets {
                 return Ok(Observation::Changes(changes));
             }
             self.read.lock().expect("secrets read").take();
-            let ahead = Self::ahead(cx).changes(cx)?;
+            let ahead = self.ahead(cx).changes(cx)?;
             if !ahead.is_empty() {
                 return Ok(Observation::Changes(
                     ahead
@@ -333,7 +356,7 @@ impl Step for Secrets {
                 );
             }
             // (none once the bundle placed the control plane's CA)
-            Self::ahead(cx).apply(cx)?;
+            self.ahead(cx).apply(cx)?;
             Ok(())
         }
         .boxed()
@@ -557,7 +580,7 @@ mod tests {
         ));
         // a worker makes none
         let (_w, worker) = Cx::scratch();
-        assert!(Secrets::ahead(&worker).dirs.is_empty());
+        assert!(Secrets::default().ahead(&worker).dirs.is_empty());
     }
 
     #[test]
