@@ -128,6 +128,14 @@ mod tests {
         let raw = std::os::fd::AsRawFd::as_raw_fd(&fd);
         let names =
             |p: &str| -> Vec<CString> { p.split('/').map(|c| CString::new(c).unwrap()).collect() };
+        if open_dir_at2(raw, Path::new("a"), true).is_none() {
+            // (the component walk alone is tested below and in the next test)
+            eprintln!("openat2 is missing or refused here: only the component walk is tested");
+            for bad in ["link", "rel/b"] {
+                assert!(walk_beneath(raw, &names(bad)).is_err());
+            }
+            return;
+        }
         for ok in ["a", "a/b"] {
             let at2 = open_dir_at2(raw, Path::new(ok), true).expect("openat2 on this kernel");
             assert!(at2.is_ok(), "{ok}: {at2:?}");

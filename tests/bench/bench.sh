@@ -166,6 +166,9 @@ check "B1 the first pass within 3 s (guard; the target is 1 s)" test "$first" -l
 check "B1 the files Ignition placed are nodectld's: no oneshot restarted" sh -c "! journalctl -u nodectld.service --since '$since' --no-pager | grep -q 'restart systemd-'"
 check "B1 the controller waits for its secrets" wait_until 20 sh -c '[ "$(nodectl status --json | jq -r ".steps[] | select(.id==\"secrets\") | .state")" = waiting ]'
 expect "B1 kubelet not started before the secrets" "$(systemctl is-active kubelet.service)" inactive
+# (the first pass and the one that makes the bundle's directories ahead, after the look-ahead)
+expect "B1 no step failed on the way" "$(journalctl -u nodectld.service --since "$since" --no-pager | grep -c 'step [a-z-]* failed')" 0
+
 idle "waiting for secrets (fresh controller)" 0
 
 echo "## B2: Typhoon's glue on the bundle"

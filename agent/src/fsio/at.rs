@@ -2,8 +2,9 @@
 //! symlink someone else could have planted, and held open while the entry in it is changed.
 //!
 //! nodectld writes into trees that others may write (uid `etcd` owns `/etc/ssl/etcd`; a root
-//! container with a hostPath may write `/etc/kubernetes`). Each component of the directory is
-//! opened with `O_NOFOLLOW | O_DIRECTORY` relative to the one before; the entry is then reached
+//! container with a hostPath may write `/etc/kubernetes`). The directory is opened in one
+//! `openat2(RESOLVE_NO_SYMLINKS)` call, or (a symlink on the way, or no `openat2` here) each
+//! component with `O_NOFOLLOW | O_DIRECTORY` relative to the one before; the entry is then reached
 //! by name through the held descriptor (`*at` calls on it, or for a few rarer operations
 //! `/proc/self/fd/<n>/<name>`: the directory itself whatever its path has become) and never
 //! followed when it is a symlink. A symlink among the directories is

@@ -36,9 +36,15 @@ pub(crate) struct Secrets {
     /// the file is the same one unchanged (device, inode, size, modification and change times
     /// of the descriptor read), taken by `apply`, dropped when no bundle is pending.
     read: std::sync::Mutex<Option<ReadBundle>>,
+    /// The directories `observe` found to make ahead of the bundle, for the `apply` that follows
+    /// it (only that one makes them).
+    ahead_due: std::sync::Mutex<Option<FileSet>>,
     /// Set once the directories made ahead were put off until their default labels are looked
     /// up (`ahead`): at most once, so a lookup that keeps failing never delays them again.
     ahead_put_off: std::sync::atomic::AtomicBool,
+    /// Set when making them failed: left to the bundle's pass from then on (which reports why),
+    /// so a waiting controller keeps waiting instead of failing.
+    ahead_failed: std::sync::atomic::AtomicBool,
 }
 
 /// A bundle as read and checked, and which file it was.
@@ -183,7 +189,7 @@ impl Secrets {
     /// Their default labels come from the look-ahead after a waiting pass (`warm_labels`): a
     /// pass that would open a file_contexts handle for them (the first, 100-300 ms under QEMU
     /// TCG) puts them off once and asks for a pass right after that look-ahead instead.
-    fn ahead(&self, cx: &Cx) -> FileSet {
+    fn ahead(&self, cx: &Cx, observing: bool) -> FileSet {
         use std::sync::atomic::Ordering;
         if cx.settings.role != Role::Controller || Self::controller_ready(cx) {
             return FileSet::default();
@@ -193,8 +199,13 @@ impl Secrets {
             && dirs
                 .iter()
                 .any(|d| d.label.is_none() && !cx.labeler.knows_default(&d.dest, S_IFDIR));
-        if unknown && !self.ahead_put_off.swap(true, Ordering::Relaxed) {
-            cx.recheck_in(AHEAD_AFTER);
+        // (decided by an observe: an apply that finds them unknown leaves them to the observe
+        // after it, which puts them off)
+        if unknown && !self.ahead_put_off.load(Ordering::Relaxed) {
+            if observing {
+                self.ahead_put_off.store(true, Ordering::Relaxed);
+                cx.recheck_in(AHEAD_AFTER);
+            }
             return FileSet::default();
         }
         let plan = super::bundle::Plan {
@@ -202,6 +213,26 @@ impl Secrets {
             files: Vec::new(),
         };
         Self::specs(cx, plan, Path::new("directories made ahead of the bundle")).unwrap_or_default()
+    }
+
+    /// What making the directories ahead would change (see [`Secrets::ahead`]): best effort, an
+    /// error leaves them to the bundle's pass.
+    fn ahead_changes(&self, cx: &Cx) -> Option<(FileSet, Vec<Change>)> {
+        if self.ahead_failed.load(std::sync::atomic::Ordering::Relaxed) {
+            return None;
+        }
+        let set = self.ahead(cx, true);
+        if set.dirs.is_empty() {
+            return None;
+        }
+        match set.changes(cx) {
+            Ok(c) if !c.is_empty() => Some((set, c)),
+            Ok(_) => None,
+            Err(e) => {
+                tracing::debug!("secrets: directories ahead of the bundle left to its pass: {e:#}");
+                None
+            }
+        }
     }
 
     /// Still being written: not closed nor renamed in as far as the kernel told the daemon,
@@ -256,6 +287,9 @@ impl Step for Secrets {
     }
     fn observe<'a>(&'a self, cx: &'a Cx) -> BoxFuture<'a, anyhow::Result<Observation>> {
         async move {
+            // (what an earlier observe kept is for the apply that followed it only)
+            self.read.lock().expect("secrets read").take();
+            self.ahead_due.lock().expect("secrets ahead").take();
             let bundles = Self::bundles(cx)?;
             let mut changes = Vec::new();
             if !cx.root.path(&cx.settings.secrets_inbox).exists() {
@@ -296,8 +330,8 @@ impl Step for Secrets {
                 return Ok(Observation::Changes(changes));
             }
             self.read.lock().expect("secrets read").take();
-            let ahead = self.ahead(cx).changes(cx)?;
-            if !ahead.is_empty() {
+            if let Some((set, ahead)) = self.ahead_changes(cx) {
+                *self.ahead_due.lock().expect("secrets ahead") = Some(set);
                 return Ok(Observation::Changes(
                     ahead
                         .into_iter()
@@ -355,8 +389,16 @@ impl Step for Secrets {
                     (t.elapsed() - placed).as_secs_f64() * 1e3
                 );
             }
-            // (none once the bundle placed the control plane's CA)
-            self.ahead(cx).apply(cx)?;
+            // Those observe found, or (an observe that stopped at the inbox or the bundles) those
+            // missing now; none once a bundle placed the control plane's CA.
+            let due = self.ahead_due.lock().expect("secrets ahead").take();
+            let set = due.unwrap_or_else(|| self.ahead(cx, false));
+            if !set.dirs.is_empty() && !self.ahead_failed.load(std::sync::atomic::Ordering::Relaxed) {
+                if let Err(e) = set.apply(cx) {
+                    self.ahead_failed.store(true, std::sync::atomic::Ordering::Relaxed);
+                    tracing::warn!("secrets: the directories ahead of the bundle were not made (left to its pass, which reports why): {e:#}");
+                }
+            }
             Ok(())
         }
         .boxed()
@@ -578,9 +620,36 @@ mod tests {
             s.observe(&cx).await.unwrap(),
             Observation::Waiting(_)
         ));
+        // where one cannot be made (a file in its place), the controller waits as before: the
+        // bundle's pass reports it
+        let d2 = tempfile::tempdir().unwrap();
+        for (f, c) in [
+            (
+                "etc/passwd",
+                "root:x:0:0::/root:/bin/sh\netcd:x:232:232::/:/x\n",
+            ),
+            ("etc/group", "root:x:0:\netcd:x:232:\n"),
+            ("etc/ssl/etcd", "not a directory"),
+        ] {
+            std::fs::create_dir_all(d2.path().join(f).parent().unwrap()).unwrap();
+            std::fs::write(d2.path().join(f), c).unwrap();
+        }
+        std::fs::create_dir_all(d2.path().join("var/lib/nodectl/inbox")).unwrap();
+        let sd = nodectl_units::systemd::Systemd::Offline(nodectl_units::systemd::Offline::new(
+            d2.path(),
+        ));
+        let cx2 = Cx::new(
+            crate::root::Root::new(d2.path()),
+            crate::host::Host::generic(),
+            controller(),
+            sd,
+        );
+        let s2 = Secrets::default();
+        let seen = s2.observe(&cx2).await.unwrap();
+        assert!(matches!(seen, Observation::Waiting(_)), "{seen:?}");
         // a worker makes none
         let (_w, worker) = Cx::scratch();
-        assert!(Secrets::default().ahead(&worker).dirs.is_empty());
+        assert!(Secrets::default().ahead(&worker, true).dirs.is_empty());
     }
 
     #[test]
