@@ -226,8 +226,9 @@ check "B3 it looks up the bundle's default labels while waiting" wait_until 20 s
 # their final owner, mode and the policy's label, so the bundle's pass only writes files.
 check "B3 the directories a bundle fills are made while it waits" wait_until 10 test -d /etc/ssl/etcd/etcd
 expect "B3 /etc/ssl/etcd/etcd: owner and mode" "$(stat -c '%U %a' /etc/ssl/etcd/etcd)" "etcd 700"
-expect "B3 the directories made ahead carry the policy's labels" \
-  "$(restorecon -n -v /etc/ssl/etcd /etc/ssl/etcd/etcd /opt/bootstrap /opt/bootstrap/assets /opt/bootstrap/assets/manifests 2>&1)" ""
+# (matchpathcon, as secrets.sh R2: restorecon would run in setfiles_t, denied the suite's log)
+expect "B3 the directories made ahead carry the policy's labels" "$(for f in /etc/ssl/etcd /etc/ssl/etcd/etcd \
+  /opt/bootstrap/assets /opt/bootstrap/assets/manifests; do [ "$(stat -c %C "$f")" = "$(matchpathcon -n "$f")" ] || echo "$(stat -c %C "$f") $f"; done)" ""
 expect "B3 they are empty" "$(find /etc/kubernetes/pki /etc/ssl/etcd /opt/bootstrap -type f | wc -l)" 0
 mkdir -p $INBOX && make_bundle $INBOX/.assets
 sync
