@@ -116,14 +116,20 @@ pub fn open_dir_nofollow(path: &Path) -> io::Result<OwnedFd> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn openat2_and_the_component_walk_refuse_the_same_symlinks() {
+    /// `top/a/b`, `outside/x`, and in `top` the symlinks `link` (to `outside`) and `rel` (to `a`).
+    fn tree() -> (tempfile::TempDir, std::path::PathBuf) {
         let d = tempfile::tempdir().unwrap();
         let top = d.path().join("top");
         std::fs::create_dir_all(top.join("a/b")).unwrap();
         std::fs::create_dir_all(d.path().join("outside/x")).unwrap();
         std::os::unix::fs::symlink(d.path().join("outside"), top.join("link")).unwrap();
         std::os::unix::fs::symlink("a", top.join("rel")).unwrap();
+        (d, top)
+    }
+
+    #[test]
+    fn openat2_and_the_component_walk_refuse_the_same_symlinks() {
+        let (d, top) = tree();
         let fd = open_dir_nofollow(&top).unwrap();
         let raw = std::os::fd::AsRawFd::as_raw_fd(&fd);
         let names =
@@ -175,11 +181,7 @@ mod tests {
 
     #[test]
     fn symlinks_are_refused_on_every_component() {
-        let d = tempfile::tempdir().unwrap();
-        let top = d.path().join("top");
-        std::fs::create_dir_all(top.join("a/b")).unwrap();
-        std::fs::create_dir_all(d.path().join("outside")).unwrap();
-        std::os::unix::fs::symlink(d.path().join("outside"), top.join("link")).unwrap();
+        let (_d, top) = tree();
         let fd = open_dir_nofollow(&top).unwrap();
         let raw = std::os::fd::AsRawFd::as_raw_fd(&fd);
         assert!(open_dir_beneath(raw, Path::new("a/b")).is_ok());

@@ -297,20 +297,12 @@ impl Labeler {
     /// The policy's default label for `path` (as `restorecon` would set it), for a file of the
     /// given `st_mode` file type bits.
     pub fn default_for(&self, path: &Path, file_mode: u32) -> Option<Context> {
-        const S_IFMT: u32 = 0o170000;
-        let key = (path.to_path_buf(), file_mode & S_IFMT);
+        let key = default_key(path, file_mode);
         let Some(stamp) = &self.stamp else {
             return self.look_up(path, file_mode).ok().flatten();
         };
-        {
-            let cache = DEFAULTS.lock().ok()?;
-            if let Some((s, map)) = cache.as_ref() {
-                if s == stamp {
-                    if let Some(hit) = map.get(&key) {
-                        return hit.clone();
-                    }
-                }
-            }
+        if let Some(hit) = self.cached_default(&key) {
+            return hit;
         }
         // A handle that could not be opened is no answer: looked up again next time.
         let found = self.look_up(path, file_mode).ok()?;
@@ -327,18 +319,19 @@ impl Labeler {
     /// Whether [`Labeler::default_for`] answers `path` without opening a file_contexts handle:
     /// labels are skipped here, or the answer is in the process-wide cache.
     pub fn knows_default(&self, path: &Path, file_mode: u32) -> bool {
-        const S_IFMT: u32 = 0o170000;
-        if self.skipped.is_some() {
-            return true;
+        self.skipped.is_some() || self.cached_default(&default_key(path, file_mode)).is_some()
+    }
+
+    /// The cached default label for `key` under this labeler's policy (`Some(None)`: the policy
+    /// gives none); `None` when no answer is cached.
+    fn cached_default(&self, key: &(PathBuf, u32)) -> Option<Option<Context>> {
+        let stamp = self.stamp.as_ref()?;
+        let cache = DEFAULTS.lock().ok()?;
+        let (s, map) = cache.as_ref()?;
+        if s != stamp {
+            return None;
         }
-        let Some(stamp) = &self.stamp else {
-            return false;
-        };
-        let key = (path.to_path_buf(), file_mode & S_IFMT);
-        DEFAULTS.lock().is_ok_and(|c| {
-            c.as_ref()
-                .is_some_and(|(s, map)| s == stamp && map.contains_key(&key))
-        })
+        map.get(key).cloned()
     }
 
     /// Looks up now the default labels of `paths` (node path, `st_mode` file type bits) that
@@ -541,6 +534,12 @@ impl Labeler {
         sc.set_for_path(path, false, true)
             .map_err(|e| LabelError::Lib(format!("setting label {ctx}: {e}"), path.to_path_buf()))
     }
+}
+
+/// The default-label cache's key: the path and its file type bits.
+fn default_key(path: &Path, file_mode: u32) -> (PathBuf, u32) {
+    const S_IFMT: u32 = 0o170000;
+    (path.to_path_buf(), file_mode & S_IFMT)
 }
 
 /// A label as libselinux read it, parsed (`path` for messages).

@@ -13,6 +13,7 @@ use super::fileset::FileSet;
 use crate::config::Role;
 use crate::engine::{Change, Cx, Observation, Step};
 use crate::fsio::{DirSpec, FileSpec};
+use libc::S_IFDIR;
 
 /// How long a bundle must be left alone (no modification) before it is read: a bundle copied in
 /// place (scp) is complete once its writer stopped. Renaming a finished file into the inbox is
@@ -22,8 +23,6 @@ pub(crate) const BUNDLE_SETTLE: std::time::Duration = std::time::Duration::from_
 /// When the pass that makes the directories ahead of a bundle comes, after one that put them
 /// off for their labels: past the look-ahead that follows a waiting pass.
 const AHEAD_AFTER: std::time::Duration = std::time::Duration::from_millis(100);
-
-const S_IFDIR: u32 = 0o040000;
 
 /// Bootstrap secrets: bundles dropped into the inbox are checked whole, then every file is placed
 /// with its final owner, mode and label through the one atomic write; the bundle is then removed
@@ -184,14 +183,15 @@ impl Secrets {
 
     /// On a controller waiting for its bundle: the directories it fills in any case
     /// ([`super::ahead::ahead_dirs`]), to make now; none elsewhere, nor where an owner is
-    /// unknown (the bundle's pass reports that when it comes, as before).
+    /// unknown or making them failed once (the bundle's pass reports that when it comes).
     ///
     /// Their default labels come from the look-ahead after a waiting pass (`warm_labels`): a
     /// pass that would open a file_contexts handle for them (the first, 100-300 ms under QEMU
     /// TCG) puts them off once and asks for a pass right after that look-ahead instead.
     fn ahead(&self, cx: &Cx, observing: bool) -> FileSet {
         use std::sync::atomic::Ordering;
-        if cx.settings.role != Role::Controller || Self::controller_ready(cx) {
+        // (controller_ready: also on any node that is not a controller)
+        if self.ahead_failed.load(Ordering::Relaxed) || Self::controller_ready(cx) {
             return FileSet::default();
         }
         let dirs = super::ahead::ahead_dirs(&cx.settings);
@@ -218,9 +218,6 @@ impl Secrets {
     /// What making the directories ahead would change (see [`Secrets::ahead`]): best effort, an
     /// error leaves them to the bundle's pass.
     fn ahead_changes(&self, cx: &Cx) -> Option<(FileSet, Vec<Change>)> {
-        if self.ahead_failed.load(std::sync::atomic::Ordering::Relaxed) {
-            return None;
-        }
         let set = self.ahead(cx, true);
         if set.dirs.is_empty() {
             return None;
@@ -329,7 +326,6 @@ impl Step for Secrets {
             if !changes.is_empty() {
                 return Ok(Observation::Changes(changes));
             }
-            self.read.lock().expect("secrets read").take();
             if let Some((set, ahead)) = self.ahead_changes(cx) {
                 *self.ahead_due.lock().expect("secrets ahead") = Some(set);
                 return Ok(Observation::Changes(
@@ -393,7 +389,7 @@ impl Step for Secrets {
             // missing now; none once a bundle placed the control plane's CA.
             let due = self.ahead_due.lock().expect("secrets ahead").take();
             let set = due.unwrap_or_else(|| self.ahead(cx, false));
-            if !set.dirs.is_empty() && !self.ahead_failed.load(std::sync::atomic::Ordering::Relaxed) {
+            if !set.dirs.is_empty() {
                 if let Err(e) = set.apply(cx) {
                     self.ahead_failed.store(true, std::sync::atomic::Ordering::Relaxed);
                     tracing::warn!("secrets: the directories ahead of the bundle were not made (left to its pass, which reports why): {e:#}");
@@ -567,27 +563,34 @@ mod tests {
         ));
     }
 
-    #[tokio::test]
-    async fn a_waiting_controller_makes_the_directories_its_bundle_fills_ahead() {
+    /// A controller's pass on a scratch root with an `etcd` user, its inbox made, and `files`
+    /// (path under the root, content) written; systemd offline.
+    fn controller_cx(files: &[(&str, &str)]) -> (tempfile::TempDir, Cx) {
         let d = tempfile::tempdir().unwrap();
-        std::fs::create_dir_all(d.path().join("etc")).unwrap();
-        std::fs::write(
-            d.path().join("etc/passwd"),
-            "root:x:0:0::/root:/bin/sh\netcd:x:232:232::/var/lib/etcd:/sbin/nologin\n",
-        )
-        .unwrap();
-        std::fs::write(d.path().join("etc/group"), "root:x:0:\netcd:x:232:\n").unwrap();
+        let accounts = [
+            (
+                "etc/passwd",
+                "root:x:0:0::/root:/bin/sh\netcd:x:232:232::/var/lib/etcd:/sbin/nologin\n",
+            ),
+            ("etc/group", "root:x:0:\netcd:x:232:\n"),
+        ];
+        for (f, c) in accounts.iter().chain(files) {
+            std::fs::create_dir_all(d.path().join(f).parent().unwrap()).unwrap();
+            std::fs::write(d.path().join(f), c).unwrap();
+        }
+        std::fs::create_dir_all(d.path().join("var/lib/nodectl/inbox")).unwrap();
         let sd = nodectl_units::systemd::Systemd::Offline(nodectl_units::systemd::Offline::new(
             d.path(),
         ));
-        let cx = Cx::new(
-            crate::root::Root::new(d.path()),
-            crate::host::Host::generic(),
-            controller(),
-            sd,
-        );
+        let root = crate::root::Root::new(d.path());
+        let cx = Cx::new(root, crate::host::Host::generic(), controller(), sd);
+        (d, cx)
+    }
+
+    #[tokio::test]
+    async fn a_waiting_controller_makes_the_directories_its_bundle_fills_ahead() {
+        let (d, cx) = controller_cx(&[]);
         let s = Secrets::default();
-        std::fs::create_dir_all(d.path().join("var/lib/nodectl/inbox")).unwrap();
         let Observation::Changes(c) = s.observe(&cx).await.unwrap() else {
             panic!("the directories are to be made")
         };
@@ -622,28 +625,7 @@ mod tests {
         ));
         // where one cannot be made (a file in its place), the controller waits as before: the
         // bundle's pass reports it
-        let d2 = tempfile::tempdir().unwrap();
-        for (f, c) in [
-            (
-                "etc/passwd",
-                "root:x:0:0::/root:/bin/sh\netcd:x:232:232::/:/x\n",
-            ),
-            ("etc/group", "root:x:0:\netcd:x:232:\n"),
-            ("etc/ssl/etcd", "not a directory"),
-        ] {
-            std::fs::create_dir_all(d2.path().join(f).parent().unwrap()).unwrap();
-            std::fs::write(d2.path().join(f), c).unwrap();
-        }
-        std::fs::create_dir_all(d2.path().join("var/lib/nodectl/inbox")).unwrap();
-        let sd = nodectl_units::systemd::Systemd::Offline(nodectl_units::systemd::Offline::new(
-            d2.path(),
-        ));
-        let cx2 = Cx::new(
-            crate::root::Root::new(d2.path()),
-            crate::host::Host::generic(),
-            controller(),
-            sd,
-        );
+        let (_d2, cx2) = controller_cx(&[("etc/ssl/etcd", "not a directory")]);
         let s2 = Secrets::default();
         let seen = s2.observe(&cx2).await.unwrap();
         assert!(matches!(seen, Observation::Waiting(_)), "{seen:?}");
