@@ -5,7 +5,7 @@
 //! again afterwards to prove the step converged.
 
 use std::collections::BTreeMap;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use futures_util::future::BoxFuture;
 use serde::{Deserialize, Serialize};
@@ -329,19 +329,21 @@ impl Engine {
                 .map(|d| d.to_string())
                 .collect();
             let t = Instant::now();
+            let mut phases = Phases::default();
             let state = if !blocked.is_empty() {
                 StepState::Blocked {
                     blocked_by: blocked,
                 }
             } else {
-                apply_one(step.as_ref(), cx).await
+                apply_one(step.as_ref(), cx, &mut phases).await
             };
             tracing::debug!(
                 step = step.id(),
-                "step {} {} in {:.1} ms",
+                "step {} {} in {:.1} ms{}",
                 step.id(),
                 state.name(),
-                t.elapsed().as_secs_f64() * 1e3
+                t.elapsed().as_secs_f64() * 1e3,
+                phases
             );
             match &state {
                 StepState::Failed { error } => {
@@ -394,17 +396,46 @@ fn observed(r: anyhow::Result<Observation>, applied: bool) -> StepState {
     }
 }
 
-async fn apply_one(step: &dyn Step, cx: &Cx) -> StepState {
+/// Where an applied step's time went (its debug line): the observe that found changes, the
+/// apply, and the observe after it that checks the step converged.
+#[derive(Default)]
+struct Phases(Option<[Duration; 3]>);
+
+impl std::fmt::Display for Phases {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            Some([o, a, v]) => write!(
+                f,
+                " (observed in {:.1} ms, applied in {:.1} ms, checked after in {:.1} ms)",
+                o.as_secs_f64() * 1e3,
+                a.as_secs_f64() * 1e3,
+                v.as_secs_f64() * 1e3
+            ),
+            None => Ok(()),
+        }
+    }
+}
+
+async fn apply_one(step: &dyn Step, cx: &Cx, phases: &mut Phases) -> StepState {
+    let t = Instant::now();
     let changes = match step.observe(cx).await {
         Ok(Observation::Changes(c)) => c,
         other => return observed(other, false),
     };
+    let observed_in = t.elapsed();
     if let Err(e) = step.apply(cx).await {
         return StepState::Failed {
             error: format!("{e:#}"),
         };
     }
-    match step.observe(cx).await {
+    let applied_in = t.elapsed() - observed_in;
+    let after = step.observe(cx).await;
+    phases.0 = Some([
+        observed_in,
+        applied_in,
+        t.elapsed() - observed_in - applied_in,
+    ]);
+    match after {
         Ok(Observation::Converged(_)) => StepState::Applied { changes },
         Ok(Observation::Changes(left)) => StepState::Failed {
             error: format!(

@@ -284,6 +284,7 @@ impl Step for Secrets {
     }
     fn observe<'a>(&'a self, cx: &'a Cx) -> BoxFuture<'a, anyhow::Result<Observation>> {
         async move {
+            let start = std::time::Instant::now();
             // (what an earlier observe kept is for the apply that followed it only)
             self.read.lock().expect("secrets read").take();
             self.ahead_due.lock().expect("secrets ahead").take();
@@ -313,8 +314,9 @@ impl Step for Secrets {
                 changes.extend(set.changes(cx)?);
                 tracing::debug!(
                     target: "nodectl::engine",
-                    "secrets: {} read and checked in {:.1} ms, compared with the node in {:.1} ms",
+                    "secrets: {} found in {:.1} ms, read and checked in {:.1} ms, compared with the node in {:.1} ms",
                     b.display(),
+                    (t - start).as_secs_f64() * 1e3,
                     read.as_secs_f64() * 1e3,
                     (t.elapsed() - read).as_secs_f64() * 1e3
                 );
