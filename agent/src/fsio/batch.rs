@@ -197,10 +197,15 @@ impl Writer<'_> {
             .map_err(|e| label_err(&at.real, e))?;
         crash_point!("fsio::temp");
         let f: &File = tmp.file();
-        if let Some(l) = label.as_ref().filter(|l| !self.born_with(f, &at.real, l)) {
-            self.labeler
-                .set_on_fd(f, &at.real, l)
-                .map_err(|e| label_err(&at.real, e))?;
+        let dir = spec.path.parent().unwrap_or(Path::new("/"));
+        if let Some(l) = label.as_ref().filter(|_| !self.born_labeled_in(dir)) {
+            if self.born_with(f, &at.real, l) {
+                self.note_born_labeled(dir);
+            } else {
+                self.labeler
+                    .set_on_fd(f, &at.real, l)
+                    .map_err(|e| label_err(&at.real, e))?;
+            }
         }
         if self.chown {
             fchown(f, &at.real, spec.uid, spec.gid)?;
@@ -416,6 +421,32 @@ mod tests {
     /// In a batch each directory is opened once (from the root, component by component), not
     /// once per look at each file; what did not exist is not remembered: a directory created in
     /// the batch is opened when first used.
+    #[test]
+    fn a_label_read_back_in_a_directory_is_remembered_for_one_batch_only() {
+        let (_d, root, l) = super::super::tests::setup();
+        let w = Writer::new(&root, &l);
+        let (pki, etcd) = (
+            std::path::Path::new("/etc/kubernetes/pki"),
+            std::path::Path::new("/etc/ssl/etcd"),
+        );
+        // (outside a batch nothing is remembered: every file is read back)
+        w.note_born_labeled(pki);
+        assert!(!w.born_labeled_in(pki));
+        w.batched(|| {
+            assert!(!w.born_labeled_in(pki));
+            w.note_born_labeled(pki);
+            assert!(w.born_labeled_in(pki));
+            assert!(!w.born_labeled_in(etcd), "another directory is read back");
+            Ok(())
+        })
+        .unwrap();
+        w.batched(|| {
+            assert!(!w.born_labeled_in(pki), "the next batch reads back again");
+            Ok(())
+        })
+        .unwrap();
+    }
+
     #[test]
     fn a_batch_opens_each_directory_once() {
         use super::super::{at::OPENED, DirSpec};

@@ -20,6 +20,9 @@ pub(super) struct Batch {
     /// Per directory (node path), the temp files an earlier write left there, listed once at
     /// the batch's first write into it (the batch's own temp files are never among them).
     leftovers: std::collections::HashMap<PathBuf, Vec<String>>,
+    /// Directories (node paths) where a file this batch created was read back with the label
+    /// it was created under: their filesystem honours creation contexts.
+    born_labeled: std::collections::HashSet<PathBuf>,
 }
 
 impl Writer<'_> {
@@ -77,6 +80,26 @@ impl Writer<'_> {
             .expect("writer batch")
             .as_ref()
             .is_some_and(|b| b.dirs.contains_key(node_dir))
+    }
+
+    /// Whether a file this batch created in `node_dir` was read back with the label it was
+    /// created under. Whether the kernel honours a creation context is the filesystem's
+    /// (ignored where the mount gives every file its label, `context=`, or where it keeps no
+    /// labels), so the batch's later files there carry theirs without a read back each.
+    /// Always `false` outside a batch.
+    pub(super) fn born_labeled_in(&self, node_dir: &Path) -> bool {
+        self.batch
+            .lock()
+            .expect("writer batch")
+            .as_ref()
+            .is_some_and(|b| b.born_labeled.contains(node_dir))
+    }
+
+    /// Notes that a file created in `node_dir` was read back with its creation context.
+    pub(super) fn note_born_labeled(&self, node_dir: &Path) {
+        if let Some(b) = self.batch.lock().expect("writer batch").as_mut() {
+            b.born_labeled.insert(node_dir.to_path_buf());
+        }
     }
 
     /// Makes a new entry of `at`'s directory durable: now, or with the batch's syncs.
