@@ -5,7 +5,9 @@
 //! after [`MEMO_TTL`]: a unit changed by someone else meanwhile is seen by the next look after
 //! that (the next pass: kubelet's own `Restart=` handles its crashes, and a pass comes with the
 //! next event or the hourly resync), as a change after a pass's last look always is. Steps run
-//! one after another, so no answer is asked while a call of the pass changes units.
+//! one after another, so no answer is asked while a call of the pass changes units, except the
+//! one a pass asks ahead ([`crate::systemd::Systemd::ask_ahead`]): its answer is kept only when
+//! nothing was forgotten while it was asked, and a step that wants it waits for it.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -23,23 +25,60 @@ struct Seen {
     unit_file: bool,
 }
 
+/// An answer being asked ahead: resolves when it is in (or the asking ended without one).
+pub type Asking = futures_util::future::Shared<tokio::sync::oneshot::Receiver<()>>;
+
+#[derive(Default)]
+struct Inner {
+    seen: HashMap<String, Seen>,
+    /// Answers asked ahead and not in yet (brief states without the unit file state).
+    asking: HashMap<String, Asking>,
+    /// How often everything was forgotten: an answer asked before a forget is not kept.
+    generation: u64,
+}
+
 /// Brief unit states of one pass (cloned handles share them).
 #[derive(Clone, Default)]
-pub struct Memo(Arc<Mutex<HashMap<String, Seen>>>);
+pub struct Memo(Arc<Mutex<Inner>>);
 
 impl Memo {
     /// The state asked for `unit` within [`MEMO_TTL`], when it answers as much as `unit_file`
     /// wants.
     pub fn get(&self, unit: &str, unit_file: bool) -> Option<UnitState> {
         let m = self.0.lock().expect("memo lock");
-        m.get(unit)
+        m.seen
+            .get(unit)
             .filter(|s| s.at.elapsed() < MEMO_TTL && (s.unit_file || !unit_file))
             .map(|s| s.state.clone())
     }
 
     /// Remembers what systemd answered, asked at `at`.
     pub fn put(&self, unit: &str, at: Instant, state: &UnitState, unit_file: bool) {
-        self.0.lock().expect("memo lock").insert(
+        let generation = self.generation();
+        self.put_unless_forgotten(unit, at, state, unit_file, generation);
+    }
+
+    /// The count of forgets so far (see [`Memo::put_unless_forgotten`]).
+    pub fn generation(&self) -> u64 {
+        self.0.lock().expect("memo lock").generation
+    }
+
+    /// Remembers what systemd answered to a question asked at `at`, when nothing was forgotten
+    /// since `generation` (units may have changed while it was asked).
+    pub fn put_unless_forgotten(
+        &self,
+        unit: &str,
+        at: Instant,
+        state: &UnitState,
+        unit_file: bool,
+        generation: u64,
+    ) {
+        let mut m = self.0.lock().expect("memo lock");
+        // (nor over an answer asked after it)
+        if m.generation != generation || m.seen.get(unit).is_some_and(|s| s.at > at) {
+            return;
+        }
+        m.seen.insert(
             unit.to_string(),
             Seen {
                 at,
@@ -49,9 +88,27 @@ impl Memo {
         );
     }
 
-    /// Forgets every answer (units are about to change).
+    /// Notes that `unit`'s brief state is being asked ahead; `done` resolves when it is in.
+    pub fn asking(&self, unit: &str, done: Asking) {
+        self.0
+            .lock()
+            .expect("memo lock")
+            .asking
+            .insert(unit.to_string(), done);
+    }
+
+    /// What to wait for before asking `unit`'s brief state again: its question asked ahead, in
+    /// flight since the last forget.
+    pub fn asked_ahead(&self, unit: &str) -> Option<Asking> {
+        self.0.lock().expect("memo lock").asking.get(unit).cloned()
+    }
+
+    /// Forgets every answer (units are about to change), and those being asked.
     pub fn forget(&self) {
-        self.0.lock().expect("memo lock").clear();
+        let mut m = self.0.lock().expect("memo lock");
+        m.seen.clear();
+        m.asking.clear();
+        m.generation += 1;
     }
 }
 
@@ -77,5 +134,33 @@ mod tests {
         assert_eq!(m.get("kubelet.service", false), None, "clones share it");
         m.put("kubelet.service", Instant::now() - MEMO_TTL, &st, true);
         assert_eq!(m.get("kubelet.service", false), None, "too old");
+    }
+
+    #[tokio::test]
+    async fn an_answer_asked_ahead_is_waited_for_and_dropped_when_units_changed_meanwhile() {
+        use futures_util::FutureExt;
+        let m = Memo::default();
+        let st = UnitState {
+            active: "inactive".into(),
+            ..UnitState::default()
+        };
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let generation = m.generation();
+        m.asking("kubelet.service", rx.shared());
+        let wait = m.asked_ahead("kubelet.service").expect("asked ahead");
+        assert!(m.asked_ahead("other.service").is_none());
+        m.put_unless_forgotten("kubelet.service", Instant::now(), &st, false, generation);
+        tx.send(()).unwrap();
+        let _ = wait.await;
+        assert_eq!(m.get("kubelet.service", false), Some(st.clone()));
+        // Units changed while another answer was being asked: it is not kept, and nothing is
+        // waited for any more.
+        let (_tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let generation = m.generation();
+        m.asking("kubelet.service", rx.shared());
+        m.forget();
+        assert!(m.asked_ahead("kubelet.service").is_none());
+        m.put_unless_forgotten("kubelet.service", Instant::now(), &st, false, generation);
+        assert_eq!(m.get("kubelet.service", false), None);
     }
 }

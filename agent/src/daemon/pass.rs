@@ -107,6 +107,10 @@ impl Passes {
         cx.waker = Some(Arc::new(move || {
             let _ = wake.send(Trigger::Credentials);
         }));
+        // kubelet-unit's question, on its way while the steps before it run.
+        cx.systemd
+            .ask_ahead(nodectl_units::kubelet::KUBELET_UNIT)
+            .await;
         let report = engine_apply(&self.engine, &cx).await;
         if let Some(t) = cx.labeler.opened_in() {
             tracing::debug!(
