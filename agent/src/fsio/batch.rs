@@ -198,9 +198,12 @@ impl Writer<'_> {
         crash_point!("fsio::temp");
         let f: &File = tmp.file();
         let dir = spec.path.parent().unwrap_or(Path::new("/"));
-        if let Some(l) = label.as_ref().filter(|_| !self.born_labeled_in(dir)) {
-            if self.born_with(f, &at.real, l) {
-                self.note_born_labeled(dir);
+        if let Some(l) = label.as_ref() {
+            let key = l.to_string();
+            if self.born_labeled_in(dir, &key) {
+                // (the batch read back a file it created here under this label: see scope)
+            } else if self.born_with(f, &at.real, l) {
+                self.note_born_labeled(dir, &key);
             } else {
                 self.labeler
                     .set_on_fd(f, &at.real, l)
@@ -418,9 +421,6 @@ mod tests {
         out
     }
 
-    /// In a batch each directory is opened once (from the root, component by component), not
-    /// once per look at each file; what did not exist is not remembered: a directory created in
-    /// the batch is opened when first used.
     #[test]
     fn a_label_read_back_in_a_directory_is_remembered_for_one_batch_only() {
         let (_d, root, l) = super::super::tests::setup();
@@ -430,23 +430,40 @@ mod tests {
             std::path::Path::new("/etc/ssl/etcd"),
         );
         // (outside a batch nothing is remembered: every file is read back)
-        w.note_born_labeled(pki);
-        assert!(!w.born_labeled_in(pki));
+        let (shared, etcd_t) = (
+            "system_u:object_r:container_file_t:s0",
+            "system_u:object_r:etc_t:s0",
+        );
+        w.note_born_labeled(pki, shared);
+        assert!(!w.born_labeled_in(pki, shared));
         w.batched(|| {
-            assert!(!w.born_labeled_in(pki));
-            w.note_born_labeled(pki);
-            assert!(w.born_labeled_in(pki));
-            assert!(!w.born_labeled_in(etcd), "another directory is read back");
+            assert!(!w.born_labeled_in(pki, shared));
+            w.note_born_labeled(pki, shared);
+            assert!(w.born_labeled_in(pki, shared));
+            assert!(
+                !w.born_labeled_in(etcd, shared),
+                "another directory is read back"
+            );
+            assert!(
+                !w.born_labeled_in(pki, etcd_t),
+                "another label is read back (a mount's fixed label matched the first)"
+            );
             Ok(())
         })
         .unwrap();
         w.batched(|| {
-            assert!(!w.born_labeled_in(pki), "the next batch reads back again");
+            assert!(
+                !w.born_labeled_in(pki, shared),
+                "the next batch reads back again"
+            );
             Ok(())
         })
         .unwrap();
     }
 
+    /// In a batch each directory is opened once (from the root, component by component), not
+    /// once per look at each file; what did not exist is not remembered: a directory created in
+    /// the batch is opened when first used.
     #[test]
     fn a_batch_opens_each_directory_once() {
         use super::super::{at::OPENED, DirSpec};

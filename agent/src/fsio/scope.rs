@@ -20,9 +20,9 @@ pub(super) struct Batch {
     /// Per directory (node path), the temp files an earlier write left there, listed once at
     /// the batch's first write into it (the batch's own temp files are never among them).
     leftovers: std::collections::HashMap<PathBuf, Vec<String>>,
-    /// Directories (node paths) where a file this batch created was read back with the label
-    /// it was created under: their filesystem honours creation contexts.
-    born_labeled: std::collections::HashSet<PathBuf>,
+    /// Directories (node paths) and labels: a file this batch created there under that
+    /// creation context was read back with it.
+    born_labeled: std::collections::HashSet<(PathBuf, String)>,
 }
 
 impl Writer<'_> {
@@ -82,23 +82,29 @@ impl Writer<'_> {
             .is_some_and(|b| b.dirs.contains_key(node_dir))
     }
 
-    /// Whether a file this batch created in `node_dir` was read back with the label it was
-    /// created under. Whether the kernel honours a creation context is the filesystem's
-    /// (ignored where the mount gives every file its label, `context=`, or where it keeps no
-    /// labels), so the batch's later files there carry theirs without a read back each.
-    /// Always `false` outside a batch.
-    pub(super) fn born_labeled_in(&self, node_dir: &Path) -> bool {
+    /// Whether a file this batch created in `node_dir` under the creation context `label` was
+    /// read back with it. The kernel honours a creation context, or refuses it (the create
+    /// fails), unless the filesystem gives every file one label of its own (a `context=` mount,
+    /// a filesystem without labels): a file read back with `label` there says the filesystem
+    /// gave it `label`, which it then gives the batch's later files in `node_dir` created under
+    /// `label` too, so they are not read back each. Keyed by the label: a read back that matched
+    /// a mount's fixed label says nothing of another one. Always `false` outside a batch.
+    pub(super) fn born_labeled_in(&self, node_dir: &Path, label: &str) -> bool {
         self.batch
             .lock()
             .expect("writer batch")
             .as_ref()
-            .is_some_and(|b| b.born_labeled.contains(node_dir))
+            .is_some_and(|b| {
+                b.born_labeled
+                    .contains(&(node_dir.to_path_buf(), label.to_string()))
+            })
     }
 
-    /// Notes that a file created in `node_dir` was read back with its creation context.
-    pub(super) fn note_born_labeled(&self, node_dir: &Path) {
+    /// Notes that a file created in `node_dir` under `label` was read back with it.
+    pub(super) fn note_born_labeled(&self, node_dir: &Path, label: &str) {
         if let Some(b) = self.batch.lock().expect("writer batch").as_mut() {
-            b.born_labeled.insert(node_dir.to_path_buf());
+            b.born_labeled
+                .insert((node_dir.to_path_buf(), label.to_string()));
         }
     }
 
