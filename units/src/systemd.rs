@@ -796,22 +796,32 @@ impl Systemd {
     /// See [`Client::brief`]; offline, the same as [`Systemd::state`].
     /// Within a pass ([`Systemd::for_pass`]), an answer given earlier in it is reused.
     pub async fn brief(&self, unit: &str, unit_file: bool) -> Result<UnitState> {
+        let t = std::time::Instant::now();
         if let Some(m) = self.memo() {
             if let Some(ahead) = m.asked_ahead(unit).filter(|_| !unit_file) {
                 let _ = ahead.await;
             }
             if let Some(st) = m.get(unit, unit_file) {
+                tracing::debug!(
+                    "{unit}: brief state as asked before in this pass ({:.1} ms)",
+                    t.elapsed().as_secs_f64() * 1e3
+                );
                 return Ok(st);
             }
         }
         let asked = std::time::Instant::now();
+        let generation = self.memo().map(Memo::generation);
         let st = match self {
             Systemd::Bus(c) => c.brief(unit, unit_file).await,
             Systemd::Offline(_) => self.state(unit).await,
         }?;
-        if let Some(m) = self.memo() {
-            m.put(unit, asked, &st, unit_file);
+        if let (Some(m), Some(g)) = (self.memo(), generation) {
+            m.put_unless_forgotten(unit, asked, &st, unit_file, g);
         }
+        tracing::debug!(
+            "{unit}: brief state asked ({:.1} ms)",
+            t.elapsed().as_secs_f64() * 1e3
+        );
         Ok(st)
     }
 
@@ -819,9 +829,10 @@ impl Systemd {
     /// own, for a later step of the pass ([`Systemd::brief`] waits for it instead of asking
     /// again): the pass's first steps run while the question is on its way (kubelet's state,
     /// asked by kubelet-unit: one bus round trip, 6-12 ms under QEMU TCG, on a bundle's way to
-    /// kubelet). Returns once the question is sent, or at once offline and outside a pass. An
-    /// answer that came while units changed is dropped; a failed one is asked again by the
-    /// step, which reports its error.
+    /// kubelet, when its `[Install]` link is in place; without it kubelet-unit asks the unit
+    /// file state too, and asks). Returns once the question is sent, or at once offline and
+    /// outside a pass. An answer that came while units changed is dropped; a failed one is
+    /// asked again by the step, which reports its error.
     pub async fn ask_ahead(&self, unit: &str) {
         let (Systemd::Bus(c), Some(m)) = (self, self.memo()) else {
             return;
