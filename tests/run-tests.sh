@@ -66,6 +66,7 @@ if [[ " $TIERS " == *" 2 "* || " $TIERS " == *" 3 "* ]]; then
   strip -o "$stage/label-observer" target/debug/label-observer
   strip -o "$stage/relabel-bench" target/release/relabel-bench
   strip -o "$stage/sock-listen" target/debug/sock-listen
+  strip -o "$stage/rename-now" target/debug/rename-now
   strip -o "$stage/zincati-id" target/debug/zincati-id
   strip -o "$stage/fake-logind" target/debug/fake-logind
   strip -o "$stage/nodectl-apiserver-double" target/debug/nodectl-apiserver-double

@@ -14,7 +14,8 @@
 # Each figure is printed with its baseline or target and the ratio; the table at the end goes
 # into docs/testing.md. The run fails when a guard below is exceeded.
 # /test holds: check.sh, lib.sh, nodectld-release, nodectl-release, nodectl, nodectld.service,
-# org.nodectl.Agent1.conf, controller.toml, worker.toml, nodectl-apiserver-double, relabel-bench.
+# org.nodectl.Agent1.conf, controller.toml, worker.toml, nodectl-apiserver-double, relabel-bench,
+# rename-now (a bundle's arrival: the rename, timed right before the call).
 . /test/check.sh
 . /test/lib.sh
 export NO_COLOR=1
@@ -25,6 +26,11 @@ row() { printf '| %s |\n' "$*" >>$ROWS; }
 
 # us: now, in microseconds of the realtime clock (systemd's timestamps are on the same clock).
 us() { local t=$EPOCHREALTIME; echo "${t/./}"; }
+# A descriptor nothing is written to: `read -t N -u "$IDLE_FD"` waits N seconds in the shell
+# itself (no `sleep` process).
+mkfifo /run/bench-idle.fifo
+exec {IDLE_FD}<>/run/bench-idle.fifo
+rm -f /run/bench-idle.fifo
 # unit_us UNIT PROPERTY: a unit's timestamp property in microseconds.
 unit_us() {
   local v; v=$(systemctl show -p "$2" --value --timestamp=us+utc "$1")
@@ -58,7 +64,9 @@ make_bundle() {
 }
 # The same files, gone (between runs).
 clean_node() {
-  systemctl stop nodectld.service kubelet.service 2>/dev/null
+  # nodectld first: a pass of it could start kubelet again between the two stops.
+  systemctl stop nodectld.service 2>/dev/null
+  systemctl stop kubelet.service 2>/dev/null
   systemctl reset-failed nodectld.service kubelet.service 2>/dev/null
   rm -rf /etc/kubernetes/pki /etc/kubernetes/manifests /etc/ssl/etcd /opt/bootstrap/assets /root/glue $INBOX
 }
@@ -193,68 +201,110 @@ rm -rf assets auth static-manifests tls manifests
 chcon -R -u system_u -t container_file_t /etc/kubernetes/pki
 EOF
 chmod 0544 /root/layout
-mkdir -p /root/glue
-make_bundle /root/glue/.assets
-expect "the bundle has 22 records" "$(grep -c '^#####' /root/glue/.assets)" 22
-sync
-t0=$(us)
-mv /root/glue/.assets /root/glue/assets
-(cd /root/glue && /root/layout)
-t_layout=$(us)
-systemctl daemon-reload
-t_reload=$(us)
-systemctl start kubelet.service
-g_job=$(unit_us kubelet.service InactiveExitTimestamp)
-g_active=$(unit_us kubelet.service ActiveEnterTimestamp)
+make_bundle /tmp/bench-bundle
+expect "the bundle has 22 records" "$(grep -c '^#####' /tmp/bench-bundle)" 22
+rm -f /tmp/bench-bundle
+# glue_round: one timed run of the glue on a fresh bundle; sets glue_job, glue_active,
+# glue_layout, glue_reload (ms after the rename, as microseconds).
+glue_round() {
+  local t0 t_layout t_reload g_job g_active
+  glue_job= glue_active=
+  clean_node
+  [ "$(systemctl is-active kubelet.service)" = inactive ] || { fail "kubelet inactive before the glue's round"; return 1; }
+  mkdir -p /root/glue
+  make_bundle /root/glue/.assets
+  sync
+  t0=$(/test/rename-now /root/glue/.assets /root/glue/assets)
+  [[ $t0 =~ ^[0-9]+$ ]] || { fail "the glue's bundle renamed in (rename-now: '$t0')"; return 1; }
+  (cd /root/glue && /root/layout)
+  t_layout=$(us)
+  systemctl daemon-reload
+  t_reload=$(us)
+  systemctl start kubelet.service
+  g_job=$(unit_us kubelet.service InactiveExitTimestamp)
+  g_active=$(unit_us kubelet.service ActiveEnterTimestamp)
+  glue_job=$((g_job - t0)); glue_active=$((g_active - t0))
+  glue_layout=$((t_layout - t0)); glue_reload=$((t_reload - t_layout)); glue_start=$((g_active - t_reload))
+}
+glue_round
+g1_layout=$glue_layout g1_reload=$glue_reload
 check "B2 the glue's kubelet is active" test "$(systemctl is-active kubelet.service)" = active
-glue_job=$((g_job - t0)); glue_active=$((g_active - t0))
-glue_layout=$((t_layout - t0)); glue_reload=$((t_reload - t_layout))
-echo "  | glue: layout $(ms $((t_layout - t0))) ms, daemon-reload $(ms $((t_reload - t_layout))) ms, start $(ms $((g_active - t_reload))) ms: start job at $(ms $glue_job) ms, active at $(ms $glue_active) ms"
+echo "  | glue: layout $(ms $glue_layout) ms, daemon-reload $(ms $glue_reload) ms, start $(ms $glue_start) ms: start job at $(ms $glue_job) ms, active at $(ms $glue_active) ms"
 count=$(find /etc/kubernetes/pki /etc/kubernetes/manifests /etc/ssl/etcd /opt/bootstrap/assets -type f | wc -l)
 expect "B2 the glue placed 22 files" "$count" 22
 
 echo "## B3: nodectld on the same bundle"
-clean_node
-b3=$(date '+%Y-%m-%d %H:%M:%S')
-check "nodectld starts" systemctl start nodectld.service
-check "B3 it waits for the secrets" wait_until 20 sh -c '[ "$(nodectl status --json | jq -r ".steps[] | select(.id==\"secrets\") | .state")" = waiting ]'
-expect "B3 kubelet inactive" "$(systemctl is-active kubelet.service)" inactive
-# As on a real controller, where Terraform copies the bundle in well after the first boot: the
-# labels its pass needs are looked up once the waiting pass is done.
-check "B3 it looks up the bundle's default labels while waiting" wait_until 20 sh -c "journalctl -u nodectld.service --since '$b3' --no-pager | grep -q 'looked up ahead'"
-# ... and the directories every bundle fills are made (empty) in a pass right after that, with
-# their final owner, mode and the policy's label, so the bundle's pass only writes files.
-check "B3 the directories a bundle fills are made while it waits" wait_until 10 test -d /etc/ssl/etcd/etcd
-expect "B3 /etc/ssl/etcd/etcd: owner and mode" "$(stat -c '%U %a' /etc/ssl/etcd/etcd)" "etcd 700"
-# (matchpathcon, as secrets.sh R2: restorecon would run in setfiles_t, denied the suite's log)
-expect "B3 the directories made ahead carry the policy's labels" "$(for f in /etc/ssl/etcd /etc/ssl/etcd/etcd \
-  /opt/bootstrap/assets /opt/bootstrap/assets/manifests; do [ "$(stat -c %C "$f")" = "$(matchpathcon -n "$f")" ] || echo "$(stat -c %C "$f") $f"; done)" ""
-expect "B3 they are empty" "$(find /etc/kubernetes/pki /etc/ssl/etcd /opt/bootstrap -type f | wc -l)" 0
-mkdir -p $INBOX && make_bundle $INBOX/.assets
-sync
-since=$(date '+%Y-%m-%d %H:%M:%S')
-t0=$(us)
-mv $INBOX/.assets $INBOX/assets
-check "B3 kubelet becomes active" wait_until 30 sh -c '[ "$(systemctl is-active kubelet.service)" = active ]'
-n_job=$(unit_us kubelet.service InactiveExitTimestamp)
-n_active=$(unit_us kubelet.service ActiveEnterTimestamp)
-n_job=$((n_job - t0)); n_active=$((n_active - t0))
-count=$(find /etc/kubernetes/pki /etc/kubernetes/manifests /etc/ssl/etcd /opt/bootstrap/assets -type f | wc -l)
-expect "B3 nodectld placed 22 files" "$count" 22
+# nodectld_round NAME: one timed run of nodectld on a fresh bundle, its checks named NAME; sets
+# n_job, n_active (after the rename, in microseconds), n_t0 and n_since (the rename's time).
+nodectld_round() {
+  local name=$1 b3 opened
+  n_job= n_active=
+  clean_node
+  b3=$(date '+%Y-%m-%d %H:%M:%S')
+  check "$name: nodectld starts" systemctl start nodectld.service
+  check "$name: it waits for the secrets" wait_until 20 sh -c '[ "$(nodectl status --json | jq -r ".steps[] | select(.id==\"secrets\") | .state")" = waiting ]'
+  expect "$name: kubelet inactive" "$(systemctl is-active kubelet.service)" inactive
+  # As on a real controller, where Terraform copies the bundle in well after the first boot:
+  # the labels its pass needs are looked up once the waiting pass is done.
+  check "$name: it looks up the bundle's default labels while waiting" wait_until 20 sh -c "journalctl -u nodectld.service --since '$b3' --no-pager | grep -q 'looked up ahead'"
+  # ... and the directories every bundle fills are made (empty) in a pass right after that,
+  # with their final owner, mode and the policy's label, so the bundle's pass only writes files.
+  check "$name: the directories a bundle fills are made while it waits" wait_until 10 test -d /etc/ssl/etcd/etcd
+  expect "$name: /etc/ssl/etcd/etcd: owner and mode" "$(stat -c '%U %a' /etc/ssl/etcd/etcd)" "etcd 700"
+  # (matchpathcon, as secrets.sh R2: restorecon would run in setfiles_t, denied the suite's log)
+  expect "$name: the directories made ahead carry the policy's labels" "$(for f in /etc/ssl/etcd /etc/ssl/etcd/etcd \
+    /opt/bootstrap/assets /opt/bootstrap/assets/manifests; do [ "$(stat -c %C "$f")" = "$(matchpathcon -n "$f")" ] || echo "$(stat -c %C "$f") $f"; done)" ""
+  expect "$name: they are empty" "$(find /etc/kubernetes/pki /etc/ssl/etcd /opt/bootstrap -type f | wc -l)" 0
+  mkdir -p $INBOX && make_bundle $INBOX/.assets
+  sync
+  n_since=$(date '+%Y-%m-%d %H:%M:%S')
+  n_t0=$(/test/rename-now $INBOX/.assets $INBOX/assets)
+  [[ $n_t0 =~ ^[0-9]+$ ]] || { fail "$name: the bundle renamed in (rename-now: '$n_t0')"; return 1; }
+  # The times are systemd's (InactiveExitTimestamp), whenever they are read: the first look
+  # waits a second, without a process (a read that times out on a FIFO nobody writes), so that
+  # the polling's own `sh` and `systemctl` (tens of ms of CPU each under TCG, and requests
+  # systemd serves ahead of its idle-priority run queue) do not compete with the pass they
+  # measure, as nothing runs beside the glue's commands in B2.
+  read -r -t 1 -u "$IDLE_FD" || true
+  check "$name: kubelet becomes active" wait_until 30 sh -c '[ "$(systemctl is-active kubelet.service)" = active ]'
+  n_job=$(($(unit_us kubelet.service InactiveExitTimestamp) - n_t0))
+  n_active=$(($(unit_us kubelet.service ActiveEnterTimestamp) - n_t0))
+  expect "$name: nodectld placed 22 files" "$(find /etc/kubernetes/pki /etc/kubernetes/manifests /etc/ssl/etcd /opt/bootstrap/assets -type f | wc -l)" 22
+  # the bundle's pass: from the rename to its "pass finished" line
+  opened=$(journalctl -u nodectld.service --since "$n_since" --no-pager -o short-unix | awk -v t0="$n_t0" '
+    { t = $1; sub(/\./, "", t); if (substr(t, 1, 16) + 0 < t0 + 0) next }
+    /file_contexts handle opened/ { n++ }
+    /pass finished/ { done = 1; exit }
+    END { print (done ? n + 0 : "no-pass-line") }')
+  expect "$name: the bundle's pass opened no file_contexts handle" "$opened" 0
+}
+nodectld_round B3
 echo "  | nodectld: start job at $(ms $n_job) ms, active at $(ms $n_active) ms after the rename; its journal from then (ms after the rename):"
-journal_from "$since" "$t0"
-# the bundle's pass: from the rename to its "pass finished" line
-opened=$(journalctl -u nodectld.service --since "$since" --no-pager -o short-unix | awk -v t0="$t0" '
-  { t = $1; sub(/\./, "", t); if (substr(t, 1, 16) + 0 < t0 + 0) next }
-  /file_contexts handle opened/ { n++ }
-  /pass finished/ { done = 1; exit }
-  END { print (done ? n + 0 : "no-pass-line") }')
-expect "B3 the bundle's pass opened no file_contexts handle" "$opened" 0
+journal_from "$n_since" "$n_t0"
+# Two more rounds, the glue's and nodectld's in turn (a boot's speed drifts: both see it), and
+# the median of the three of each: one round's noise (phases vary by up to 2x under TCG) is not
+# the figure. Every round is printed.
+G_JOB=("$glue_job") G_ACTIVE=("$glue_active") N_JOB=("$n_job") N_ACTIVE=("$n_active")
+for round in 2 3; do
+  glue_round
+  check "B2 round $round: the glue's kubelet is active" test "$(systemctl is-active kubelet.service)" = active
+  nodectld_round "B3 round $round"
+  G_JOB+=("$glue_job") G_ACTIVE+=("$glue_active") N_JOB+=("$n_job") N_ACTIVE+=("$n_active")
+done
+# A round whose times could not be read (or a kubelet started before its arrival) is no figure.
+expect "B3 every round's times are after its arrival" "$(for v in "${G_JOB[@]}" "${G_ACTIVE[@]}" "${N_JOB[@]}" "${N_ACTIVE[@]}"; do
+  [[ $v =~ ^[0-9]+$ ]] && [ "$v" -gt 0 ] || echo "$v"; done)" ""
+median() { printf '%s\n' "$@" | sort -n | sed -n "$((($# + 1) / 2))p"; }
+for i in 0 1 2; do
+  echo "  | round $((i + 1)): start job glue $(ms "${G_JOB[i]}") ms, nodectld $(ms "${N_JOB[i]}") ms = $(ratio "${N_JOB[i]}" "${G_JOB[i]}")x; active glue $(ms "${G_ACTIVE[i]}") ms, nodectld $(ms "${N_ACTIVE[i]}") ms"
+done
+glue_job=$(median "${G_JOB[@]}"); glue_active=$(median "${G_ACTIVE[@]}")
+n_job=$(median "${N_JOB[@]}"); n_active=$(median "${N_ACTIVE[@]}")
 r_job=$(ratio "$n_job" "$glue_job"); r_active=$(ratio "$n_active" "$glue_active")
-echo "  | arrival -> kubelet start job: glue $(ms $glue_job) ms, nodectld $(ms $n_job) ms = ${r_job}x (target <= 0.1x)"
-echo "  | arrival -> kubelet active:    glue $(ms $glue_active) ms, nodectld $(ms $n_active) ms = ${r_active}x"
-row "arrival -> kubelet start job (22 records) | nodectld $(ms $n_job) ms | glue $(ms $glue_job) ms (layout $(ms $glue_layout) ms incl. chcon -R, daemon-reload $(ms $glue_reload) ms) | ${r_job}x, target <= 0.1x: $(awk -v r="$r_job" 'BEGIN{print (r <= 0.1 ? "met" : "not met")}')"
-row "arrival -> kubelet active | nodectld $(ms $n_active) ms | glue $(ms $glue_active) ms | ${r_active}x"
+echo "  | arrival -> kubelet start job (median of 3): glue $(ms $glue_job) ms, nodectld $(ms $n_job) ms = ${r_job}x (target <= 0.1x)"
+echo "  | arrival -> kubelet active (median of 3):    glue $(ms $glue_active) ms, nodectld $(ms $n_active) ms = ${r_active}x"
+row "arrival -> kubelet start job (22 records, median of 3 rounds) | nodectld $(ms $n_job) ms | glue $(ms $glue_job) ms (round 1: layout $(ms $g1_layout) ms incl. chcon -R, daemon-reload $(ms $g1_reload) ms) | ${r_job}x, target <= 0.1x: $(awk -v r="$r_job" 'BEGIN{print (r <= 0.1 ? "met" : "not met")}')"
+row "arrival -> kubelet active (median of 3 rounds) | nodectld $(ms $n_active) ms | glue $(ms $glue_active) ms | ${r_active}x"
 check "B3 arrival -> start job within 0.6x of the glue's (guard; the target is 0.1x)" \
   awk -v r="$r_job" 'BEGIN { exit !(r <= 0.6) }'
 
