@@ -26,11 +26,12 @@ row() { printf '| %s |\n' "$*" >>$ROWS; }
 
 # us: now, in microseconds of the realtime clock (systemd's timestamps are on the same clock).
 us() { local t=$EPOCHREALTIME; echo "${t/./}"; }
-# A descriptor nothing is written to: `read -t N -u "$IDLE_FD"` waits N seconds in the shell
-# itself (no `sleep` process).
-mkfifo /run/bench-idle.fifo
-exec {IDLE_FD}<>/run/bench-idle.fifo
-rm -f /run/bench-idle.fifo
+# A FIFO nothing is written to: `idle_wait N` waits N seconds in the shell itself (no `sleep`
+# process). Opened only for the read (read-write: the open does not wait for a writer), so no
+# command inherits it (restorecon's setfiles_t is denied an inherited descriptor: an AVC).
+IDLE_FIFO=/run/bench-idle.fifo
+rm -f "$IDLE_FIFO" && mkfifo -m 0600 "$IDLE_FIFO"
+idle_wait() { read -r -t "$1" _ <>"$IDLE_FIFO" || true; }
 # unit_us UNIT PROPERTY: a unit's timestamp property in microseconds.
 unit_us() {
   local v; v=$(systemctl show -p "$2" --value --timestamp=us+utc "$1")
@@ -265,7 +266,7 @@ nodectld_round() {
   # the polling's own `sh` and `systemctl` (tens of ms of CPU each under TCG, and requests
   # systemd serves ahead of its idle-priority run queue) do not compete with the pass they
   # measure, as nothing runs beside the glue's commands in B2.
-  read -r -t 1 -u "$IDLE_FD" || true
+  idle_wait 1
   check "$name: kubelet becomes active" wait_until 30 sh -c '[ "$(systemctl is-active kubelet.service)" = active ]'
   n_job=$(($(unit_us kubelet.service InactiveExitTimestamp) - n_t0))
   n_active=$(($(unit_us kubelet.service ActiveEnterTimestamp) - n_t0))
