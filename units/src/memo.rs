@@ -52,12 +52,6 @@ impl Memo {
             .map(|s| s.state.clone())
     }
 
-    /// Remembers what systemd answered, asked at `at`.
-    pub fn put(&self, unit: &str, at: Instant, state: &UnitState, unit_file: bool) {
-        let generation = self.generation();
-        self.put_unless_forgotten(unit, at, state, unit_file, generation);
-    }
-
     /// The count of forgets so far (see [`Memo::put_unless_forgotten`]).
     pub fn generation(&self) -> u64 {
         self.0.lock().expect("memo lock").generation
@@ -116,6 +110,11 @@ impl Memo {
 mod tests {
     use super::*;
 
+    /// Remembers an answer as of now (nothing forgotten while it was asked).
+    fn put(m: &Memo, unit: &str, at: Instant, state: &UnitState, unit_file: bool) {
+        m.put_unless_forgotten(unit, at, state, unit_file, m.generation());
+    }
+
     #[test]
     fn an_answer_serves_as_much_as_was_asked_until_forgotten_or_old() {
         let m = Memo::default();
@@ -124,15 +123,15 @@ mod tests {
             ..UnitState::default()
         };
         assert_eq!(m.get("kubelet.service", false), None);
-        m.put("kubelet.service", Instant::now(), &st, false);
+        put(&m, "kubelet.service", Instant::now(), &st, false);
         assert_eq!(m.get("kubelet.service", false), Some(st.clone()));
         assert_eq!(m.get("kubelet.service", true), None, "unit file not asked");
         assert_eq!(m.get("other.service", false), None);
-        m.put("kubelet.service", Instant::now(), &st, true);
+        put(&m, "kubelet.service", Instant::now(), &st, true);
         assert_eq!(m.get("kubelet.service", true), Some(st.clone()));
         m.clone().forget();
         assert_eq!(m.get("kubelet.service", false), None, "clones share it");
-        m.put("kubelet.service", Instant::now() - MEMO_TTL, &st, true);
+        put(&m, "kubelet.service", Instant::now() - MEMO_TTL, &st, true);
         assert_eq!(m.get("kubelet.service", false), None, "too old");
     }
 
