@@ -172,9 +172,17 @@ async fn converge_loop(
     let mut trim_at = None;
     for n in 1u64.. {
         // Watches first, so an input arriving while the pass runs still wakes the next one.
+        let t = std::time::Instant::now();
         let loaded =
             crate::load::host(root).and_then(|h| crate::load::settings(root, &h).map(|s| (h, s)));
+        let load = t.elapsed();
         watcher.update(root, loaded.as_ref().ok().map(|(_, s)| s));
+        tracing::debug!(
+            target: "nodectl::engine",
+            "host and settings loaded in {:.1} ms, watches updated in {:.1} ms",
+            load.as_secs_f64() * 1e3,
+            (t.elapsed() - load).as_secs_f64() * 1e3
+        );
         let settings = loaded.as_ref().ok().map(|(_, s)| s.clone());
         let host = loaded.as_ref().ok().map(|(h, _)| h.clone());
         let recheck = passes.run(loaded, trigger, n).await;
