@@ -339,10 +339,11 @@ fn sync_together(items: &[Sync]) -> Result<(), WriteError> {
 impl Writer<'_> {
     /// A staged temp file's owner and mode, as `spec` wants them.
     fn own_and_mode(&self, f: &File, real: &Path, spec: &FileSpec) -> Result<(), WriteError> {
-        // New (O_EXCL, mode 0600 less the umask, ours): what it already has is not set again.
-        // Each fchown or fchmod writes the inode to the journal where one fstat reads both: a
-        // bundle's root-owned 0600 files need neither (one VM boot, four rounds each: a
-        // bundle's 22 files staged in 15-62 ms, median 24, against 17-62, median 44).
+        // New (O_EXCL, mode 0600 less the umask or cut down by the parent's default ACL, ours):
+        // what it already has is not set again. Each fchown or fchmod writes the inode to the
+        // journal where one fstat reads both: a bundle's root-owned 0600 files need neither
+        // (one VM boot, four rounds each: a bundle's 22 files staged in 15-62 ms, median 24,
+        // against 17-62, median 44).
         let st = nix::sys::stat::fstat(f.as_raw_fd()).map_err(|e| werr(real, "fstat")(e.into()))?;
         if self.chown && (st.st_uid != spec.uid || st.st_gid != spec.gid) {
             fchown(f, real, spec.uid, spec.gid)?;

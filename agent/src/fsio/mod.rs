@@ -601,7 +601,15 @@ mod tests {
                     let _ = std::os::unix::fs::symlink(&target, &etcd);
                     std::thread::yield_now();
                     let _ = fs::remove_file(&etcd);
-                    let _ = fs::rename(&aside, &etcd);
+                    // Put back whatever happens: the writer makes a missing directory again
+                    // (with `sub` in it) while the real one is aside, and a rename over a
+                    // directory that is not empty fails; left so, both stay non-empty and the
+                    // swap stops for good (a clean run's tier 1 once saw no race in 60 000
+                    // rounds). The one made meanwhile goes (never a symlink: only this thread
+                    // makes one, and removed it above).
+                    while aside.exists() && fs::rename(&aside, &etcd).is_err() {
+                        let _ = fs::remove_dir_all(&etcd);
+                    }
                 }
             })
         };
