@@ -8,40 +8,35 @@
 //! end (a failure fails the steps that applied changes; a [`Deferred`] dropped unwaited waits
 //! too). A crash before it completes may lose renames of this
 //! pass; the next boot's first pass, which runs before kubelet, places those files again. A
-//! bundle's removal from the inbox is what must not outlive the renames of its files: on the
-//! same filesystem its journal commits the removal after them (ext4, xfs and btrfs commit
-//! metadata in order; nodectld does not fsync the inbox), and on another the secrets step waits
-//! for these syncs first ([`Deferred::wait_unless_all_on`]). The crash campaign kills the
-//! process, which leaves the page cache whole: this power-loss reasoning is not tested there.
+//! bundle's removal from the inbox is what must not outlive the renames of its files: it is
+//! queued here ([`Deferred::remove_after`]) and done once every sync started before it
+//! succeeded (on any filesystem; none when one failed, so the bundle is placed again), off the
+//! way to kubelet's start too (its unlink waits for the journal commit the syncs started, 15 ms
+//! of a bundle's pass in a slow boot). The crash campaign kills the process, which leaves the
+//! page cache whole: this power-loss reasoning is not tested there.
 
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
+use super::at::Located;
 use super::batch::sync_held;
 use super::{WriteError, Writer};
+use crate::util::crash_point;
 
 /// The directory fsyncs a pass left running.
 #[derive(Default)]
 pub struct Deferred {
     running: Mutex<Vec<JoinHandle<Result<(), WriteError>>>>,
-    /// The filesystems (`st_dev`) of the directories being synced.
-    devices: Mutex<std::collections::HashSet<u64>>,
+    /// The node paths queued for removal ([`Deferred::remove_after`]) until waited for.
+    removing: Mutex<std::collections::HashSet<PathBuf>>,
 }
 
 impl Deferred {
     /// Starts syncing `dirs` (each held open; the path for messages) in a thread; at once in
     /// this one when no thread can be made.
     pub(super) fn sync(&self, dirs: Vec<(Arc<OwnedFd>, PathBuf)>) -> Result<(), WriteError> {
-        {
-            let mut devices = self.devices.lock().expect("deferred syncs");
-            for (fd, _) in &dirs {
-                // (unknown: counted as another filesystem than any asked about)
-                devices
-                    .insert(nix::sys::stat::fstat(fd.as_raw_fd()).map_or(u64::MAX, |st| st.st_dev));
-            }
-        }
         let dirs = Arc::new(dirs);
         let theirs = dirs.clone();
         let spawned = std::thread::Builder::new()
@@ -57,32 +52,108 @@ impl Deferred {
         }
     }
 
-    /// Waits for the syncs when one is on another filesystem than `dev`: a later change on
-    /// `dev` that must not outlive these renames (a bundle's removal from the inbox) is then
-    /// ordered after them only by waiting; on the same filesystem its journal orders them.
-    pub fn wait_unless_all_on(&self, dev: u64) -> Result<(), WriteError> {
-        let other = self
-            .devices
+    /// Removes `at` (`node_path` under the root) once every sync started so far succeeded, in
+    /// the background: what must not outlive those renames (a bundle's removal from the inbox)
+    /// is then ordered after them on any filesystem. Not removed when a sync failed (the
+    /// failure is what [`Deferred::wait`] returns); until waited for, [`Deferred::removing`]
+    /// says it is queued. At once in this thread when no thread can be made.
+    /// Only while `same` holds for its metadata (see [`Writer::discard_after_syncs`]).
+    pub(super) fn remove_after(
+        &self,
+        at: Located,
+        node_path: &Path,
+        same: Arc<dyn Fn(&std::fs::Metadata) -> bool + Send + Sync>,
+    ) -> Result<(), WriteError> {
+        let before = std::mem::take(&mut *self.running.lock().expect("deferred syncs"));
+        self.removing
             .lock()
             .expect("deferred syncs")
-            .iter()
-            .any(|d| *d != dev);
-        if other {
-            return self.wait();
+            .insert(node_path.to_path_buf());
+        // Handed over once the thread exists: they are joined here when it cannot be made.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let theirs = at.clone();
+        let their_same = same.clone();
+        let spawned = std::thread::Builder::new()
+            .name("fsync-remove".into())
+            .stack_size(64 * 1024)
+            .spawn(move || {
+                join_all(rx.recv().unwrap_or_default()).and_then(|()| remove(&theirs, &*their_same))
+            });
+        match spawned {
+            Ok(h) => {
+                // (the thread is alive and waiting for them: the send cannot fail)
+                let _ = tx.send(before);
+                self.running.lock().expect("deferred syncs").push(h);
+                Ok(())
+            }
+            Err(_) => join_all(before).and_then(|()| remove(&at, &*same)),
         }
-        Ok(())
+    }
+
+    /// Whether `node_path` is queued for removal in this pass (a step's check after its
+    /// apply counts it as removed).
+    pub fn removing(&self, node_path: &Path) -> bool {
+        self.removing
+            .lock()
+            .expect("deferred syncs")
+            .contains(node_path)
     }
 
     /// Waits for every sync started; returns the first failure.
     pub fn wait(&self) -> Result<(), WriteError> {
-        self.devices.lock().expect("deferred syncs").clear();
         let running = std::mem::take(&mut *self.running.lock().expect("deferred syncs"));
-        let mut result = Ok(());
-        for h in running {
-            let r = h.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
-            result = result.and(r);
-        }
+        let result = join_all(running);
+        self.removing.lock().expect("deferred syncs").clear();
         result
+    }
+}
+
+/// Joins every thread; the first failure.
+fn join_all(running: Vec<JoinHandle<Result<(), WriteError>>>) -> Result<(), WriteError> {
+    let mut result = Ok(());
+    for h in running {
+        let r = h.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+        result = result.and(r);
+    }
+    result
+}
+
+/// Unlinks the entry by name in its held directory while `same` holds for its metadata (gone
+/// already, or another file now: nothing to do).
+pub(super) fn remove(
+    at: &Located,
+    same: &(dyn Fn(&std::fs::Metadata) -> bool + Send + Sync),
+) -> Result<(), WriteError> {
+    use nix::errno::Errno;
+    use nix::unistd::{unlinkat, UnlinkatFlags};
+    let err = |op: &str, source: std::io::Error| WriteError {
+        path: at.real.clone(),
+        op: op.into(),
+        source,
+    };
+    match std::fs::symlink_metadata(&at.via) {
+        Ok(m) if same(&m) => {}
+        Ok(_) => {
+            tracing::info!(
+                "{} was replaced or changed since it was read: left for the next pass",
+                at.real.display()
+            );
+            return Ok(());
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(err("stat", e)),
+    }
+    match unlinkat(
+        Some(at.dir_fd().as_raw_fd()),
+        at.name.as_c_str(),
+        UnlinkatFlags::NoRemoveDir,
+    ) {
+        Ok(()) => {
+            crash_point!("fsio::removed");
+            Ok(())
+        }
+        Err(Errno::ENOENT) => Ok(()),
+        Err(e) => Err(err("remove", e.into())),
     }
 }
 
@@ -129,13 +200,32 @@ mod tests {
             1,
             "one thread a batch"
         );
-        // A change on the same filesystem does not wait (its journal orders it after the
-        // renames); one on another does.
-        let dev = std::os::unix::fs::MetadataExt::dev(&std::fs::metadata(root.dir()).unwrap());
-        deferred.wait_unless_all_on(dev).unwrap();
-        assert_eq!(deferred.running.lock().unwrap().len(), 1);
-        deferred.wait_unless_all_on(dev.wrapping_add(1)).unwrap();
-        assert!(deferred.running.lock().unwrap().is_empty());
+        // A removal queued after them waits for them, in the background; until the pass's
+        // end it counts as queued.
+        let bundle = Path::new("/var/lib/nodectl/inbox/assets");
+        w.write(&FileSpec::new(bundle, "bundle", 0o600)).unwrap();
+        w.discard_after_syncs(bundle, |_| true).unwrap();
+        assert!(deferred.removing(bundle));
+        assert!(!deferred.removing(Path::new("/etc/y")));
+        assert_eq!(
+            deferred.running.lock().unwrap().len(),
+            1,
+            "the removal's thread joins the syncs before it"
+        );
+        deferred.wait().unwrap();
+        assert!(!root.path(bundle).exists());
+        assert!(!deferred.removing(bundle));
+        // Gone already: nothing to do.
+        w.discard_after_syncs(bundle, |_| true).unwrap();
+        deferred.wait().unwrap();
+        // Another file than the one read (renamed in over it since): left in place.
+        w.write(&FileSpec::new(bundle, "another", 0o600)).unwrap();
+        w.discard_after_syncs(bundle, |m| m.len() == 6).unwrap();
+        deferred.wait().unwrap();
+        assert!(root.path(bundle).exists(), "another file is left");
+        w.discard_after_syncs(bundle, |m| m.len() == 7).unwrap();
+        deferred.wait().unwrap();
+        assert!(!root.path(bundle).exists());
         w.write(&FileSpec::new("/etc/y", "y", 0o644)).unwrap();
         deferred.wait().unwrap();
         assert!(deferred.running.lock().unwrap().is_empty());

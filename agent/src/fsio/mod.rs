@@ -416,6 +416,28 @@ impl<'a> Writer<'a> {
         self.unlink(node_path, false)
     }
 
+    /// Like [`Writer::discard`], for a file that must not be gone before the renames made so
+    /// far are durable (a bundle whose files were just placed): with a deferring writer, done
+    /// in the background once the directory syncs started so far succeeded (the pass's end
+    /// waits for it, and reports a failure); otherwise at once, every sync being done already.
+    /// Only while `same` holds for the file's metadata (the file that was read, not one renamed
+    /// in over it since); that is looked at just before the unlink.
+    pub fn discard_after_syncs(
+        &self,
+        node_path: &Path,
+        same: impl Fn(&fs::Metadata) -> bool + Send + Sync + 'static,
+    ) -> Result<(), WriteError> {
+        let at = match self.locate(node_path) {
+            Ok(at) => at,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(werr(&self.root.path(node_path), "open its directory")(e)),
+        };
+        match self.deferred {
+            Some(d) => d.remove_after(at, node_path, std::sync::Arc::new(same)),
+            None => deferred::remove(&at, &same),
+        }
+    }
+
     fn unlink(&self, node_path: &Path, durably: bool) -> Result<bool, WriteError> {
         let Some((at, _)) = self.stat(node_path)? else {
             return Ok(false);

@@ -79,8 +79,14 @@ impl BundleId {
 
 impl Secrets {
     /// The bundle's files (see [`Secrets::fileset`]): as `observe` read them when the bundle is
-    /// still the same file unchanged (`keep`: kept for `apply`), else read now.
-    fn read(&self, cx: &Cx, bundle: &Path, keep: bool) -> anyhow::Result<(Arc<FileSet>, bool)> {
+    /// still the same file unchanged (`keep`: kept for `apply`), else read now; whether it was
+    /// reused, and what identifies the file read.
+    fn read(
+        &self,
+        cx: &Cx,
+        bundle: &Path,
+        keep: bool,
+    ) -> anyhow::Result<(Arc<FileSet>, bool, BundleId)> {
         let real = cx.root.path(bundle);
         let f = crate::fsio::open_nofollow(&real)
             .with_context(|| format!("reading {}", real.display()))?;
@@ -102,7 +108,7 @@ impl Secrets {
                 set: set.clone(),
             });
         }
-        Ok((set, reused))
+        Ok((set, reused, id))
     }
 
     /// Regular, non-hidden files in the inbox, by name (node paths).
@@ -111,7 +117,12 @@ impl Secrets {
         let real = cx.root.path(inbox);
         let names =
             bundle_names(&real).with_context(|| format!("reading the inbox {}", real.display()))?;
-        Ok(names.into_iter().map(|n| inbox.join(n)).collect())
+        // (those whose removal this pass queued count as gone)
+        Ok(names
+            .into_iter()
+            .map(|n| inbox.join(n))
+            .filter(|b| !cx.deferred.removing(b))
+            .collect())
     }
 
     /// The files a bundle places, checked whole (nothing is placed from an invalid bundle).
@@ -309,7 +320,7 @@ impl Step for Secrets {
                     )));
                 }
                 let t = std::time::Instant::now();
-                let (set, _) = self.read(cx, b, true)?;
+                let (set, _, _) = self.read(cx, b, true)?;
                 let read = t.elapsed();
                 changes.extend(set.changes(cx)?);
                 tracing::debug!(
@@ -364,22 +375,22 @@ impl Step for Secrets {
                 }
                 // Checked whole before anything is written.
                 let t = std::time::Instant::now();
-                let (set, reused) = self.read(cx, &b, false)?;
+                let (set, reused, id) = self.read(cx, &b, false)?;
                 let read = t.elapsed();
                 set.apply(cx)?;
                 let placed = t.elapsed();
                 tracing::info!(bundle = %b.display(), files = set.files.len(), "placed {} files from {}", set.files.len(), b.display());
                 // Not synced: a bundle back after a crash is placed again, changing nothing, and
-                // removed then. Its removal comes after the renames of its files in the
-                // filesystem's journal; with the files on another filesystem, only once their
-                // directories are synced (which otherwise finish in the background).
-                let inbox_dev = std::fs::symlink_metadata(cx.root.path(inbox))
-                    .map_or(u64::MAX, |m| std::os::unix::fs::MetadataExt::dev(&m));
-                cx.deferred.wait_unless_all_on(inbox_dev)?;
-                cx.writer().discard(&b)?;
+                // removed then. Removed once the directory syncs of its files' renames succeeded
+                // (in the background, off kubelet's way; the check after this apply counts it as
+                // removed, and the pass's end waits for it).
+                // Only the file read: one renamed in over it or rewritten since is left for
+                // the next pass.
+                cx.writer()
+                    .discard_after_syncs(&b, move |m| BundleId::of(m) == id)?;
                 tracing::debug!(
                     target: "nodectl::engine",
-                    "secrets: {} {} in {:.1} ms, directories and files placed in {:.1} ms, removed in {:.1} ms",
+                    "secrets: {} {} in {:.1} ms, directories and files placed in {:.1} ms, its removal queued in {:.1} ms",
                     b.display(),
                     if reused { "as read before (the same file unchanged)" } else { "read again" },
                     read.as_secs_f64() * 1e3,
@@ -545,6 +556,13 @@ mod tests {
         s.apply(&cx).await.unwrap();
         assert_eq!(std::fs::read_to_string(&kubeconfig).unwrap(), "second\n");
         assert!(s.read.lock().unwrap().is_none(), "nothing kept after apply");
+        // its removal is queued behind the directory syncs: observed as gone already, removed
+        // by the pass's end
+        assert!(!matches!(
+            s.observe(&cx).await.unwrap(),
+            Observation::Changes(_)
+        ));
+        cx.deferred.wait().unwrap();
         assert!(!inbox.join("assets").exists());
         // the same file unchanged: apply places what observe read, and keeps nothing after
         drop_in("third");
@@ -552,7 +570,7 @@ mod tests {
             s.observe(&cx).await.unwrap(),
             Observation::Changes(_)
         ));
-        let (_, reused) = s
+        let (_, reused, _) = s
             .read(&cx, &cx.settings.secrets_inbox.join("assets"), true)
             .unwrap();
         assert!(reused, "the same file unchanged is not read again");
@@ -563,6 +581,15 @@ mod tests {
             s.observe(&cx).await.unwrap(),
             Observation::Converged(_) | Observation::Waiting(_)
         ));
+        // one renamed in over it before its removal is done is not removed: the next pass
+        // places it
+        drop_in("fourth");
+        cx.deferred.wait().unwrap();
+        assert!(inbox.join("assets").exists(), "a bundle not read is kept");
+        s.apply(&cx).await.unwrap();
+        cx.deferred.wait().unwrap();
+        assert_eq!(std::fs::read_to_string(&kubeconfig).unwrap(), "fourth\n");
+        assert!(!inbox.join("assets").exists());
     }
 
     /// A controller's pass on a scratch root with an `etcd` user, its inbox made, and `files`
