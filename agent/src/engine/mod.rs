@@ -63,6 +63,13 @@ pub trait Step: Send + Sync {
     fn observe<'a>(&'a self, cx: &'a Cx) -> BoxFuture<'a, anyhow::Result<Observation>>;
     /// Makes the changes. Idempotent: applying a converged step changes nothing.
     fn apply<'a>(&'a self, cx: &'a Cx) -> BoxFuture<'a, anyhow::Result<()>>;
+    /// Called for every step at an apply pass's start: work whose result `observe` would wait
+    /// for may start now in the background (reads only; `observe` waits for it and checks it
+    /// still holds).
+    fn start_ahead(&self, _cx: &Cx) {}
+    /// Called for every step at an apply pass's end: what `start_ahead` started and `observe`
+    /// did not take (a blocked step) is dropped.
+    fn end_ahead(&self) {}
 }
 
 /// How a step ended up in a plan or an apply pass; serialized with a `state` tag.
@@ -319,6 +326,9 @@ impl Engine {
     /// One convergence pass.
     pub async fn apply(&self, cx: &Cx) -> Report {
         let start = Instant::now();
+        for step in &self.steps {
+            step.start_ahead(cx);
+        }
         let mut states: BTreeMap<&str, StepState> = BTreeMap::new();
         let mut out = Vec::new();
         for step in &self.steps {
@@ -358,6 +368,9 @@ impl Engine {
             }
             states.insert(step.id(), state.clone());
             out.push(Self::report(step.as_ref(), state));
+        }
+        for step in &self.steps {
+            step.end_ahead();
         }
         durable(cx, &mut out);
         Report {

@@ -35,6 +35,10 @@ pub(crate) struct Secrets {
     /// the file is the same one unchanged (device, inode, size, modification and change times
     /// of the descriptor read), taken by `apply`, dropped when no bundle is pending.
     read: std::sync::Mutex<Option<ReadBundle>>,
+    /// The bundle being read and checked on a thread of its own from the pass's start
+    /// ([`Step::start_ahead`]) while the steps before this one run; `read` waits for it and
+    /// uses it under the same rule as `read`'s.
+    reading: std::sync::Mutex<Option<std::thread::JoinHandle<Option<ReadBundle>>>>,
     /// The directories `observe` found to make ahead of the bundle, for the `apply` that follows
     /// it (only that one makes them).
     ahead_due: std::sync::Mutex<Option<FileSet>>,
@@ -87,19 +91,18 @@ impl Secrets {
         bundle: &Path,
         keep: bool,
     ) -> anyhow::Result<(Arc<FileSet>, bool, BundleId)> {
-        let real = cx.root.path(bundle);
-        let f = crate::fsio::open_nofollow(&real)
-            .with_context(|| format!("reading {}", real.display()))?;
-        let id = BundleId::of(
-            &f.metadata()
-                .with_context(|| format!("reading {}", real.display()))?,
-        );
+        let ahead = self.reading.lock().expect("secrets reading").take();
+        let ahead = ahead.and_then(|h| h.join().ok().flatten());
+        let (f, id) = Self::open(&cx.root, bundle)?;
         let mut read = self.read.lock().expect("secrets read");
-        let cached = read.take().filter(|r| r.path == bundle && r.id == id);
+        let cached = read
+            .take()
+            .or(ahead)
+            .filter(|r| r.path == bundle && r.id == id);
         let reused = cached.is_some();
         let set = match cached {
             Some(r) => r.set,
-            None => Arc::new(Self::fileset(cx, bundle, f)?),
+            None => Arc::new(Self::fileset(&cx.root, &cx.settings, bundle, f)?),
         };
         if keep {
             *read = Some(ReadBundle {
@@ -126,8 +129,13 @@ impl Secrets {
     }
 
     /// The files a bundle places, checked whole (nothing is placed from an invalid bundle).
-    fn fileset(cx: &Cx, bundle: &Path, f: std::fs::File) -> anyhow::Result<FileSet> {
-        let real = cx.root.path(bundle);
+    fn fileset(
+        root: &crate::root::Root,
+        settings: &crate::config::Settings,
+        bundle: &Path,
+        f: std::fs::File,
+    ) -> anyhow::Result<FileSet> {
+        let real = root.path(bundle);
         // Bounded: read at most one byte more than a bundle may hold (the parser refuses it).
         let mut bytes = Vec::new();
         {
@@ -140,23 +148,39 @@ impl Secrets {
         let plan = super::bundle::plan(
             &records,
             super::bundle::TYPHOON_LAYOUT,
-            cx.settings.role,
-            &cx.settings.bootstrap_kubeconfig,
+            settings.role,
+            &settings.bootstrap_kubeconfig,
             bundle,
         )?;
-        Self::specs(cx, plan, bundle)
+        Self::specs(root, plan, bundle)
+    }
+
+    /// The bundle opened (never through a symlink), and which file it is.
+    fn open(root: &crate::root::Root, bundle: &Path) -> anyhow::Result<(std::fs::File, BundleId)> {
+        let real = root.path(bundle);
+        let f = crate::fsio::open_nofollow(&real)
+            .with_context(|| format!("reading {}", real.display()))?;
+        let id = BundleId::of(
+            &f.metadata()
+                .with_context(|| format!("reading {}", real.display()))?,
+        );
+        Ok((f, id))
     }
 
     /// A plan's directories and files with their owners' ids (each owner looked up once: a
     /// bundle names two or three for its 22 files, and each lookup reads the passwd and group
     /// files). `what` names the bundle in messages.
-    fn specs(cx: &Cx, plan: super::bundle::Plan, what: &Path) -> anyhow::Result<FileSet> {
+    fn specs(
+        root: &crate::root::Root,
+        plan: super::bundle::Plan,
+        what: &Path,
+    ) -> anyhow::Result<FileSet> {
         let mut known = std::collections::HashMap::new();
         let mut owner = |name: &'static str, of: &Path| {
             if let Some(ids) = known.get(name) {
                 return Ok(*ids);
             }
-            let ids = crate::accounts::resolve(&cx.root, name).map_err(|e| {
+            let ids = crate::accounts::resolve(root, name).map_err(|e| {
                 anyhow::anyhow!(
                     "{}: {e} (owner of {}); nothing was placed",
                     what.display(),
@@ -223,7 +247,12 @@ impl Secrets {
             dirs,
             files: Vec::new(),
         };
-        Self::specs(cx, plan, Path::new("directories made ahead of the bundle")).unwrap_or_default()
+        Self::specs(
+            &cx.root,
+            plan,
+            Path::new("directories made ahead of the bundle"),
+        )
+        .unwrap_or_default()
     }
 
     /// What making the directories ahead would change (see [`Secrets::ahead`]): best effort, an
@@ -292,6 +321,38 @@ impl Step for Secrets {
     }
     fn deps(&self) -> &'static [&'static str] {
         &["node-files"]
+    }
+    /// The first bundle that has settled, read and checked on a thread from the pass's start
+    /// (a bundle's pass: 15 ms under QEMU TCG, beside the steps before this one); an error is
+    /// left for `observe`, which reads it again and reports it.
+    fn start_ahead(&self, cx: &Cx) {
+        let Some(b) = Self::bundles(cx)
+            .ok()
+            .and_then(|bs| bs.into_iter().find(|b| !Self::settling(cx, b)))
+        else {
+            return;
+        };
+        let (root, settings) = (cx.root.clone(), cx.settings.clone());
+        let spawned = std::thread::Builder::new()
+            .name("secrets-read".into())
+            .spawn(move || {
+                let (f, id) = Self::open(&root, &b).ok()?;
+                let set = Self::fileset(&root, &settings, &b, f).ok()?;
+                Some(ReadBundle {
+                    path: b,
+                    id,
+                    set: Arc::new(set),
+                })
+            });
+        *self.reading.lock().expect("secrets reading") = spawned.ok();
+    }
+
+    /// A bundle read ahead for an `observe` that did not come (the step blocked) is not kept
+    /// in memory past the pass.
+    fn end_ahead(&self) {
+        if let Some(h) = self.reading.lock().expect("secrets reading").take() {
+            drop(h.join());
+        }
     }
     fn observe<'a>(&'a self, cx: &'a Cx) -> BoxFuture<'a, anyhow::Result<Observation>> {
         async move {
@@ -522,6 +583,50 @@ mod tests {
         // and with that, a controller does not look up ahead
         let names = bundle_names(&inbox);
         assert!(!should_warm(Role::Controller, true, true, false, &names));
+    }
+
+    #[test]
+    fn a_bundle_read_ahead_is_used_only_while_it_is_the_same_file() {
+        let (d, cx) = Cx::scratch();
+        let s = Secrets::default();
+        let inbox = d.path().join("var/lib/nodectl/inbox");
+        std::fs::create_dir_all(&inbox).unwrap();
+        let bundle = cx.settings.secrets_inbox.join("assets");
+        let drop_in = |content: &str| {
+            let aside = inbox.join(".assets");
+            std::fs::write(&aside, format!("##### kubelet/kubeconfig\n{content}\n")).unwrap();
+            let old = std::time::SystemTime::now() - std::time::Duration::from_secs(10);
+            let f = std::fs::File::options().write(true).open(&aside).unwrap();
+            f.set_modified(old).unwrap();
+            std::fs::rename(&aside, inbox.join("assets")).unwrap();
+        };
+        // none in the inbox: nothing started
+        s.start_ahead(&cx);
+        assert!(s.reading.lock().unwrap().is_none());
+        drop_in("first");
+        s.start_ahead(&cx);
+        assert!(s.reading.lock().unwrap().is_some());
+        let (set, reused, _) = s.read(&cx, &bundle, true).unwrap();
+        assert!(reused, "read ahead, not again");
+        assert_eq!(set.files[0].content, b"first\n");
+        *s.read.lock().unwrap() = None;
+        // renamed in over it after the read ahead was done: read again
+        s.start_ahead(&cx);
+        while !s.reading.lock().unwrap().as_ref().unwrap().is_finished() {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        drop_in("second");
+        let (set, reused, _) = s.read(&cx, &bundle, false).unwrap();
+        assert!(!reused, "another file is read again");
+        assert_eq!(set.files[0].content, b"second\n");
+        // not taken by an observe (a blocked step): dropped at the pass's end
+        s.start_ahead(&cx);
+        s.end_ahead();
+        assert!(s.reading.lock().unwrap().is_none());
+        // a bundle still being written is not read ahead
+        std::fs::write(inbox.join("assets"), "##### kubelet/kubeconfig\nthird\n").unwrap();
+        s.start_ahead(&cx);
+        assert!(s.reading.lock().unwrap().is_none());
     }
 
     #[tokio::test]
