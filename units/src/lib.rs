@@ -20,6 +20,7 @@ macro_rules! crash_point {
 #[doc(hidden)]
 pub use fail as __fail;
 
+pub mod jobs;
 pub mod kubelet;
 pub mod memo;
 pub mod render;

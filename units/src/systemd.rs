@@ -14,8 +14,9 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
 
+use crate::jobs::JobWatch;
 use crate::memo::Memo;
-use zbus_systemd::systemd1::{JobRemoved, ManagerProxy, ServiceProxy, UnitProxy};
+use zbus_systemd::systemd1::{ManagerProxy, ServiceProxy, UnitProxy};
 use zbus_systemd::zbus;
 
 #[derive(Debug, thiserror::Error)]
@@ -164,6 +165,9 @@ pub struct Client {
     job_timeout: Duration,
     /// Brief states asked in one pass ([`Systemd::for_pass`]); none outside a pass.
     memo: Option<Memo>,
+    /// A unit's JobRemoved signals followed from the pass's start
+    /// ([`Systemd::watch_jobs_ahead`]), for its job in the pass; none outside a pass.
+    jobs_ahead: Option<Arc<std::sync::Mutex<Option<JobWatch>>>>,
 }
 
 impl Client {
@@ -190,6 +194,7 @@ impl Client {
             counters: Arc::default(),
             job_timeout: Duration::from_secs(300),
             memo: None,
+            jobs_ahead: None,
         })
     }
 
@@ -243,7 +248,8 @@ impl Client {
     }
 
     /// Queues a job (mode `replace`) and waits for its JobRemoved signal. The signal stream is
-    /// opened before the call, so a job that finishes at once is not missed: one AddMatch naming
+    /// opened before the call (at the pass's start when it watched the unit ahead,
+    /// [`crate::jobs`]), so a job that finishes at once is not missed: one AddMatch naming
     /// systemd as the sender, where a proxy's signal stream also asks for the name's owner and
     /// matches its changes (three round trips, ~8 ms under QEMU TCG on the bundle's way to
     /// kubelet). The bus daemon routes a broadcast signal by match rules, so a broadcast
@@ -253,15 +259,14 @@ impl Client {
     /// every job that ends on the node: a busy node's container scopes.)
     async fn job(&self, unit: &str, op: JobOp) -> Result<()> {
         let t = std::time::Instant::now();
-        let rule = zbus::MatchRule::builder()
-            .msg_type(zbus::message::Type::Signal)
-            .sender("org.freedesktop.systemd1")
-            .path("/org/freedesktop/systemd1")
-            .interface("org.freedesktop.systemd1.Manager")
-            .member("JobRemoved")
-            .build()
-            .map_err(bus("the JobRemoved match rule"))?;
-        let mut removed = zbus::MessageStream::for_match_rule(rule, &self.conn, None)
+        let ahead = self.jobs_ahead.as_ref().and_then(|a| {
+            let mut a = a.lock().expect("jobs ahead");
+            a.take_if(|w| w.unit() == unit)
+        });
+        let opened = ahead.is_some();
+        let mut watch = ahead.unwrap_or_else(|| JobWatch::start(&self.conn, unit));
+        watch
+            .subscribed()
             .await
             .map_err(bus("subscribing to JobRemoved"))?;
         let matched = t.elapsed();
@@ -273,27 +278,17 @@ impl Client {
         }
         .map_err(bus(format!("{} {unit}", op.name())))?;
         tracing::debug!(
-            "{} {unit}: JobRemoved matched in {:.1} ms, job queued {:.1} ms later",
+            "{} {unit}: JobRemoved matched in {:.1} ms{}, job queued {:.1} ms later",
             op.name(),
             matched.as_secs_f64() * 1e3,
+            if opened {
+                " (the match opened at the pass's start)"
+            } else {
+                ""
+            },
             (t.elapsed() - matched).as_secs_f64() * 1e3
         );
-        let wait = async {
-            while let Some(msg) = removed.next().await {
-                let Some(sig) = msg
-                    .ok()
-                    .filter(|m| m.header().destination().is_none())
-                    .and_then(JobRemoved::from_message)
-                else {
-                    continue;
-                };
-                let Ok(args) = sig.args() else { continue };
-                if args.job.as_str() == path.as_str() {
-                    return Some(args.result.to_string());
-                }
-            }
-            None
-        };
+        let wait = watch.result(path.as_str());
         let result = tokio::time::timeout(self.job_timeout, wait)
             .await
             .map_err(|_| SystemdError::JobTimeout {
@@ -681,10 +676,25 @@ impl Systemd {
     pub fn for_pass(&self) -> Systemd {
         let mut s = self.clone();
         match &mut s {
-            Systemd::Bus(c) => c.memo = Some(Memo::default()),
+            Systemd::Bus(c) => {
+                c.memo = Some(Memo::default());
+                c.jobs_ahead = Some(Arc::default());
+            }
             Systemd::Offline(o) => o.memo = Some(Memo::default()),
         }
         s
+    }
+
+    /// Follows `unit`'s JobRemoved signals from now, for a job of it later in the pass
+    /// ([`crate::jobs`]): returns once the AddMatch is sent, its reply read when the job
+    /// comes. Nothing offline or outside a pass; replaces one watched before.
+    pub async fn watch_jobs_ahead(&self, unit: &str) {
+        let Systemd::Bus(c) = self else { return };
+        let Some(ahead) = &c.jobs_ahead else { return };
+        let watch = JobWatch::start(&c.conn, unit);
+        *ahead.lock().expect("jobs ahead") = Some(watch);
+        // (the task runs to its first wait, the reply: the AddMatch is then on the bus)
+        tokio::task::yield_now().await;
     }
 
     fn memo(&self) -> Option<&Memo> {

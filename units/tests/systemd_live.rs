@@ -179,3 +179,44 @@ async fn brief_agrees_with_state_and_sees_a_new_unit_file_without_a_reload() {
         c.stop(name).await.unwrap();
     }
 }
+
+#[tokio::test]
+#[ignore = "needs systemd as PID 1 (nspawn tier)"]
+async fn a_job_followed_from_the_pass_start_reports_its_own_result_after_many_other_jobs() {
+    use nodectl_units::systemd::Systemd;
+    unit(
+        "nodectl-live-ahead.service",
+        "[Service]\nExecStart=/bin/sleep infinity\n",
+    );
+    unit(
+        "nodectl-live-ahead-fail.service",
+        "[Service]\nType=oneshot\nExecStart=/bin/false\n",
+    );
+    unit(
+        "nodectl-live-other.service",
+        "[Service]\nType=oneshot\nExecStart=/bin/true\n",
+    );
+    let base = Systemd::Bus(client().await);
+    base.reload().await.unwrap();
+    let sd = base.for_pass();
+    sd.watch_jobs_ahead("nodectl-live-ahead.service").await;
+    // More JobRemoved broadcasts than a match stream queues (64) reach the watch before its
+    // job: the task reads them as they come, so the bus connection's replies keep flowing.
+    for _ in 0..40 {
+        sd.start("nodectl-live-other.service").await.unwrap();
+        sd.restart("nodectl-live-other.service").await.unwrap();
+    }
+    sd.start("nodectl-live-ahead.service").await.unwrap();
+    assert_eq!(
+        sd.state("nodectl-live-ahead.service").await.unwrap().active,
+        "active"
+    );
+    sd.stop("nodectl-live-ahead.service").await.unwrap();
+    // A failed job's result comes through a watch opened ahead too.
+    let sd = base.for_pass();
+    sd.watch_jobs_ahead("nodectl-live-ahead-fail.service").await;
+    match sd.start("nodectl-live-ahead-fail.service").await {
+        Err(SystemdError::JobFailed { result, .. }) => assert_eq!(result, "failed"),
+        other => panic!("expected a failed job, got {other:?}"),
+    }
+}

@@ -111,6 +111,11 @@ impl Passes {
         cx.systemd
             .ask_ahead(nodectl_units::kubelet::KUBELET_UNIT)
             .await;
+        // kubelet-running's job signals, followed from now: the AddMatch (one bus round trip)
+        // is answered while the steps before it run.
+        cx.systemd
+            .watch_jobs_ahead(nodectl_units::kubelet::KUBELET_UNIT)
+            .await;
         let report = engine_apply(&self.engine, &cx).await;
         if let Some(t) = cx.labeler.opened_in() {
             tracing::debug!(
