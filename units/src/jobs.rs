@@ -4,7 +4,9 @@
 //! QEMU TCG) is off the way to kubelet's start job; [`crate::systemd::Client`]'s job waits open
 //! one there otherwise. The task reads every signal the rule matches as it comes (an unread
 //! match stream fills its queue and then holds up the connection's reader, replies included)
-//! and keeps only the unit's, at most [`KEPT`] of them.
+//! and keeps only the unit's, at most [`KEPT`] of them. The unit is named as systemd names it
+//! in JobRemoved (its primary name, not an alias). Dropped, the watch tells the task to stop
+//! once its match is made (never mid-AddMatch, which would leave a match no RemoveMatch undoes).
 
 use std::sync::{Arc, Mutex};
 
@@ -19,14 +21,22 @@ pub const KEPT: usize = 16;
 /// What a JobRemoved said: the job's object path and its result.
 type Removed = (String, String);
 
+/// The unit's signals so far, and whether the stream ended (no more will come).
+#[derive(Default)]
+struct Seen {
+    removed: std::collections::VecDeque<Removed>,
+    closed: bool,
+}
+
 /// The unit's JobRemoved signals since the match was added; the task ends when this is
 /// dropped (its stream dropped with it: RemoveMatch).
 pub struct JobWatch {
     unit: String,
     subscribed: Option<tokio::sync::oneshot::Receiver<Result<(), zbus::Error>>>,
-    seen: Arc<Mutex<std::collections::VecDeque<Removed>>>,
+    seen: Arc<Mutex<Seen>>,
     notify: Arc<tokio::sync::Notify>,
-    task: tokio::task::JoinHandle<()>,
+    /// Dropped with the watch: the task stops (once its match is made).
+    _stop: tokio::sync::oneshot::Sender<()>,
 }
 
 impl JobWatch {
@@ -34,11 +44,12 @@ impl JobWatch {
     /// task first runs: the caller yields for it).
     pub fn start(conn: &zbus::Connection, unit: &str) -> JobWatch {
         let (tx, subscribed) = tokio::sync::oneshot::channel();
-        let seen: Arc<Mutex<std::collections::VecDeque<Removed>>> = Arc::default();
+        let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
+        let seen: Arc<Mutex<Seen>> = Arc::default();
         let notify = Arc::new(tokio::sync::Notify::new());
         let (conn, name) = (conn.clone(), unit.to_string());
         let (their_seen, their_notify) = (seen.clone(), notify.clone());
-        let task = tokio::spawn(async move {
+        tokio::spawn(async move {
             let mut stream = match stream(&conn).await {
                 Ok(s) => {
                     let _ = tx.send(Ok(()));
@@ -46,10 +57,19 @@ impl JobWatch {
                 }
                 Err(e) => {
                     let _ = tx.send(Err(e));
+                    their_seen.lock().expect("job watch").closed = true;
+                    their_notify.notify_one();
                     return;
                 }
             };
-            while let Some(msg) = stream.next().await {
+            loop {
+                let msg = tokio::select! {
+                    _ = &mut stopped => break,
+                    msg = stream.next() => match msg {
+                        Some(m) => m,
+                        None => break,
+                    },
+                };
                 // A broadcast from the rule's sender (the bus routes by the rule): one addressed
                 // to nodectld is any peer's, not systemd's.
                 let Some(sig) = msg
@@ -64,13 +84,15 @@ impl JobWatch {
                     continue;
                 }
                 let mut seen = their_seen.lock().expect("job watch");
-                if seen.len() == KEPT {
-                    seen.pop_front();
+                if seen.removed.len() == KEPT {
+                    seen.removed.pop_front();
                 }
-                seen.push_back((args.job.to_string(), args.result.to_string()));
+                seen.removed
+                    .push_back((args.job.to_string(), args.result.to_string()));
                 drop(seen);
                 their_notify.notify_one();
             }
+            their_seen.lock().expect("job watch").closed = true;
             their_notify.notify_one();
         });
         JobWatch {
@@ -78,7 +100,7 @@ impl JobWatch {
             subscribed: Some(subscribed),
             seen,
             notify,
-            task,
+            _stop: stop,
         }
     }
 
@@ -102,26 +124,17 @@ impl JobWatch {
     pub async fn result(&self, path: &str) -> Option<String> {
         loop {
             let notified = self.notify.notified();
-            if let Some(r) = self.take(path) {
-                return Some(r);
-            }
-            if self.task.is_finished() {
-                return self.take(path);
+            {
+                let mut seen = self.seen.lock().expect("job watch");
+                if let Some(i) = seen.removed.iter().position(|(job, _)| job == path) {
+                    return seen.removed.remove(i).map(|(_, result)| result);
+                }
+                if seen.closed {
+                    return None;
+                }
             }
             notified.await;
         }
-    }
-
-    fn take(&self, path: &str) -> Option<String> {
-        let mut seen = self.seen.lock().expect("job watch");
-        let i = seen.iter().position(|(job, _)| job == path)?;
-        seen.remove(i).map(|(_, result)| result)
-    }
-}
-
-impl Drop for JobWatch {
-    fn drop(&mut self) {
-        self.task.abort();
     }
 }
 

@@ -382,7 +382,8 @@ impl Engine {
 
 /// The pass's directory fsyncs, which finished in the background (`fsio::Deferred`), waited
 /// for: when one failed, the renames of the steps that applied changes may not survive a power
-/// loss, and those steps fail with it.
+/// loss, and those steps fail with it. A removal queued behind them that failed fails the step
+/// that queued it.
 fn durable(cx: &Cx, out: &mut [StepReport]) {
     if let Err(e) = cx.deferred.wait() {
         let error = format!("{e} (what this pass renamed may not survive a power loss)");
@@ -393,6 +394,14 @@ fn durable(cx: &Cx, out: &mut [StepReport]) {
                     error: error.clone(),
                 };
             }
+        }
+    }
+    // A removal done in the background that failed (a bundle left in the inbox): its step's.
+    for (step, e) in cx.deferred.take_not_removed() {
+        let error = format!("{e} (left in place; the next pass removes it)");
+        tracing::error!(step, "step {step} failed: {error}");
+        if let Some(s) = out.iter_mut().find(|s| s.id == step) {
+            s.state = StepState::Failed { error };
         }
     }
 }

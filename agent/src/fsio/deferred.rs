@@ -31,6 +31,10 @@ pub struct Deferred {
     running: Mutex<Vec<JoinHandle<Result<(), WriteError>>>>,
     /// The node paths queued for removal ([`Deferred::remove_after`]) until waited for.
     removing: Mutex<std::collections::HashSet<PathBuf>>,
+    /// A sync failure no thread returns (joined in place when a thread could not be made).
+    failed: Mutex<Option<WriteError>>,
+    /// Removals that failed, with the step that queued each.
+    not_removed: Arc<Mutex<Vec<(&'static str, WriteError)>>>,
 }
 
 impl Deferred {
@@ -56,14 +60,17 @@ impl Deferred {
     /// the background: what must not outlive those renames (a bundle's removal from the inbox)
     /// is then ordered after them on any filesystem. Not removed when a sync failed (the
     /// failure is what [`Deferred::wait`] returns); until waited for, [`Deferred::removing`]
-    /// says it is queued. At once in this thread when no thread can be made.
-    /// Only while `same` holds for its metadata (see [`Writer::discard_after_syncs`]).
+    /// says it is queued. Only while `same` holds for its metadata (see
+    /// [`Writer::discard_after_syncs`]); a removal that fails is `owner`'s (the step that
+    /// queued it: [`Deferred::take_not_removed`]), never a durability failure. At once in this
+    /// thread when no thread can be made.
     pub(super) fn remove_after(
         &self,
         at: Located,
         node_path: &Path,
+        owner: &'static str,
         same: Arc<dyn Fn(&std::fs::Metadata) -> bool + Send + Sync>,
-    ) -> Result<(), WriteError> {
+    ) {
         let before = std::mem::take(&mut *self.running.lock().expect("deferred syncs"));
         self.removing
             .lock()
@@ -71,23 +78,45 @@ impl Deferred {
             .insert(node_path.to_path_buf());
         // Handed over once the thread exists: they are joined here when it cannot be made.
         let (tx, rx) = std::sync::mpsc::channel();
-        let theirs = at.clone();
-        let their_same = same.clone();
+        let (theirs, their_same, failures) = (at.clone(), same.clone(), self.not_removed.clone());
         let spawned = std::thread::Builder::new()
             .name("fsync-remove".into())
             .stack_size(64 * 1024)
             .spawn(move || {
-                join_all(rx.recv().unwrap_or_default()).and_then(|()| remove(&theirs, &*their_same))
+                // (a sync failed: not removed, and the failure is the pass's)
+                join_all(rx.recv().unwrap_or_default())?;
+                if let Err(e) = remove(&theirs, &*their_same) {
+                    failures.lock().expect("deferred syncs").push((owner, e));
+                }
+                Ok(())
             });
         match spawned {
             Ok(h) => {
                 // (the thread is alive and waiting for them: the send cannot fail)
                 let _ = tx.send(before);
                 self.running.lock().expect("deferred syncs").push(h);
-                Ok(())
             }
-            Err(_) => join_all(before).and_then(|()| remove(&at, &*same)),
+            Err(_) => match join_all(before) {
+                Err(e) => {
+                    let mut failed = self.failed.lock().expect("deferred syncs");
+                    failed.get_or_insert(e);
+                }
+                Ok(()) => {
+                    if let Err(e) = remove(&at, &*same) {
+                        self.not_removed
+                            .lock()
+                            .expect("deferred syncs")
+                            .push((owner, e));
+                    }
+                }
+            },
         }
+    }
+
+    /// The removals that failed since the last call, with the step that queued each (the file
+    /// stays where it was). Complete once [`Deferred::wait`] returned.
+    pub fn take_not_removed(&self) -> Vec<(&'static str, WriteError)> {
+        std::mem::take(&mut *self.not_removed.lock().expect("deferred syncs"))
     }
 
     /// Whether `node_path` is queued for removal in this pass (a step's check after its
@@ -104,7 +133,23 @@ impl Deferred {
         let running = std::mem::take(&mut *self.running.lock().expect("deferred syncs"));
         let result = join_all(running);
         self.removing.lock().expect("deferred syncs").clear();
-        result
+        match self.failed.lock().expect("deferred syncs").take() {
+            Some(e) => Err(e),
+            None => result,
+        }
+    }
+
+    /// A sync that ends when the returned sender is dropped, with `result` (a test's stand-in
+    /// for a slow or failing directory sync).
+    #[cfg(test)]
+    pub(crate) fn hold(&self, result: Result<(), WriteError>) -> std::sync::mpsc::Sender<()> {
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let h = std::thread::spawn(move || {
+            let _ = rx.recv();
+            result
+        });
+        self.running.lock().expect("deferred syncs").push(h);
+        tx
     }
 }
 
@@ -204,7 +249,7 @@ mod tests {
         // end it counts as queued.
         let bundle = Path::new("/var/lib/nodectl/inbox/assets");
         w.write(&FileSpec::new(bundle, "bundle", 0o600)).unwrap();
-        w.discard_after_syncs(bundle, |_| true).unwrap();
+        w.discard_after_syncs(bundle, "t", |_| true).unwrap();
         assert!(deferred.removing(bundle));
         assert!(!deferred.removing(Path::new("/etc/y")));
         assert_eq!(
@@ -216,16 +261,60 @@ mod tests {
         assert!(!root.path(bundle).exists());
         assert!(!deferred.removing(bundle));
         // Gone already: nothing to do.
-        w.discard_after_syncs(bundle, |_| true).unwrap();
+        w.discard_after_syncs(bundle, "t", |_| true).unwrap();
         deferred.wait().unwrap();
         // Another file than the one read (renamed in over it since): left in place.
         w.write(&FileSpec::new(bundle, "another", 0o600)).unwrap();
-        w.discard_after_syncs(bundle, |m| m.len() == 6).unwrap();
+        w.discard_after_syncs(bundle, "t", |m| m.len() == 6)
+            .unwrap();
         deferred.wait().unwrap();
         assert!(root.path(bundle).exists(), "another file is left");
-        w.discard_after_syncs(bundle, |m| m.len() == 7).unwrap();
+        w.discard_after_syncs(bundle, "t", |m| m.len() == 7)
+            .unwrap();
         deferred.wait().unwrap();
         assert!(!root.path(bundle).exists());
+        assert!(deferred.take_not_removed().is_empty());
+    }
+
+    /// A removal queued behind a sync that fails is not done, and the failure is the pass's;
+    /// one that fails itself is the queuing step's, not a durability failure.
+    #[test]
+    fn a_removal_waits_for_the_syncs_before_it_and_its_own_failure_is_its_steps() {
+        let (_d, root, l) = super::super::tests::setup();
+        let deferred = Deferred::default();
+        let w = Writer::new(&root, &l).deferring(&deferred);
+        let bundle = Path::new("/var/lib/nodectl/inbox/assets");
+        w.write(&FileSpec::new(bundle, "bundle", 0o600)).unwrap();
+        deferred.wait().unwrap();
+        let failing = WriteError {
+            path: "/etc/kubernetes/pki".into(),
+            op: "fsync directory".into(),
+            source: std::io::Error::from_raw_os_error(libc::EIO),
+        };
+        let release = deferred.hold(Err(failing));
+        w.discard_after_syncs(bundle, "secrets", |_| true).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        assert!(root.path(bundle).exists(), "not before the sync ends");
+        drop(release);
+        let e = deferred.wait().unwrap_err();
+        assert_eq!(e.op, "fsync directory");
+        assert!(root.path(bundle).exists(), "kept: a sync before it failed");
+        assert!(deferred.take_not_removed().is_empty());
+        // A directory in its place by the time it is removed: the unlink fails, the file's
+        // step is told, the pass's syncs are not.
+        let release = deferred.hold(Ok(()));
+        w.discard_after_syncs(bundle, "secrets", |_| true).unwrap();
+        std::fs::remove_file(root.path(bundle)).unwrap();
+        std::fs::create_dir(root.path(bundle)).unwrap();
+        drop(release);
+        deferred.wait().unwrap();
+        let failed = deferred.take_not_removed();
+        assert_eq!(failed.len(), 1);
+        assert_eq!(
+            (failed[0].0, failed[0].1.op.as_str()),
+            ("secrets", "remove")
+        );
+        assert!(root.path(bundle).is_dir());
         w.write(&FileSpec::new("/etc/y", "y", 0o644)).unwrap();
         deferred.wait().unwrap();
         assert!(deferred.running.lock().unwrap().is_empty());

@@ -421,10 +421,12 @@ impl<'a> Writer<'a> {
     /// in the background once the directory syncs started so far succeeded (the pass's end
     /// waits for it, and reports a failure); otherwise at once, every sync being done already.
     /// Only while `same` holds for the file's metadata (the file that was read, not one renamed
-    /// in over it since); that is looked at just before the unlink.
+    /// in over it since); that is looked at just before the unlink. A failed removal in the
+    /// background is `owner`'s (the step's id: [`Deferred::take_not_removed`]).
     pub fn discard_after_syncs(
         &self,
         node_path: &Path,
+        owner: &'static str,
         same: impl Fn(&fs::Metadata) -> bool + Send + Sync + 'static,
     ) -> Result<(), WriteError> {
         let at = match self.locate(node_path) {
@@ -433,7 +435,10 @@ impl<'a> Writer<'a> {
             Err(e) => return Err(werr(&self.root.path(node_path), "open its directory")(e)),
         };
         match self.deferred {
-            Some(d) => d.remove_after(at, node_path, std::sync::Arc::new(same)),
+            Some(d) => {
+                d.remove_after(at, node_path, owner, std::sync::Arc::new(same));
+                Ok(())
+            }
             None => deferred::remove(&at, &same),
         }
     }

@@ -448,7 +448,7 @@ impl Step for Secrets {
                 // Only the file read: one renamed in over it or rewritten since is left for
                 // the next pass.
                 cx.writer()
-                    .discard_after_syncs(&b, move |m| BundleId::of(m) == id)?;
+                    .discard_after_syncs(&b, self.id(), move |m| BundleId::of(m) == id)?;
                 tracing::debug!(
                     target: "nodectl::engine",
                     "secrets: {} {} in {:.1} ms, directories and files placed in {:.1} ms, its removal queued in {:.1} ms",
@@ -687,13 +687,19 @@ mod tests {
             Observation::Converged(_) | Observation::Waiting(_)
         ));
         // one renamed in over it before its removal is done is not removed: the next pass
-        // places it
+        // places it (the removal held behind a directory sync until then)
+        cx.deferred.wait().unwrap();
         drop_in("fourth");
+        let release = cx.deferred.hold(Ok(()));
+        s.apply(&cx).await.unwrap();
+        assert_eq!(std::fs::read_to_string(&kubeconfig).unwrap(), "fourth\n");
+        drop_in("fifth");
+        drop(release);
         cx.deferred.wait().unwrap();
         assert!(inbox.join("assets").exists(), "a bundle not read is kept");
         s.apply(&cx).await.unwrap();
         cx.deferred.wait().unwrap();
-        assert_eq!(std::fs::read_to_string(&kubeconfig).unwrap(), "fourth\n");
+        assert_eq!(std::fs::read_to_string(&kubeconfig).unwrap(), "fifth\n");
         assert!(!inbox.join("assets").exists());
     }
 
