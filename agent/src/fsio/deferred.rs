@@ -85,9 +85,7 @@ impl Deferred {
             .spawn(move || {
                 // (a sync failed: not removed, and the failure is the pass's)
                 join_all(rx.recv().unwrap_or_default())?;
-                if let Err(e) = remove(&theirs, &*their_same) {
-                    failures.lock().expect("deferred syncs").push((owner, e));
-                }
+                remove_or_note(&theirs, &*their_same, owner, &failures);
                 Ok(())
             });
         match spawned {
@@ -101,14 +99,7 @@ impl Deferred {
                     let mut failed = self.failed.lock().expect("deferred syncs");
                     failed.get_or_insert(e);
                 }
-                Ok(()) => {
-                    if let Err(e) = remove(&at, &*same) {
-                        self.not_removed
-                            .lock()
-                            .expect("deferred syncs")
-                            .push((owner, e));
-                    }
-                }
+                Ok(()) => remove_or_note(&at, &*same, owner, &self.not_removed),
             },
         }
     }
@@ -161,6 +152,18 @@ fn join_all(running: Vec<JoinHandle<Result<(), WriteError>>>) -> Result<(), Writ
         result = result.and(r);
     }
     result
+}
+
+/// [`remove`], a failure noted as `owner`'s.
+fn remove_or_note(
+    at: &Located,
+    same: &(dyn Fn(&std::fs::Metadata) -> bool + Send + Sync),
+    owner: &'static str,
+    failures: &Mutex<Vec<(&'static str, WriteError)>>,
+) {
+    if let Err(e) = remove(at, same) {
+        failures.lock().expect("deferred syncs").push((owner, e));
+    }
 }
 
 /// Unlinks the entry by name in its held directory while `same` holds for its metadata (gone
