@@ -15,20 +15,27 @@ pub enum LoadError {
     Config(#[from] ConfigError),
 }
 
-/// The hostname: `<root>/etc/hostname` when present (a node's static name), else the kernel's.
+/// Where the kernel's hostname is read: on a node, the kernel's own (nodectld must share the
+/// host's UTS namespace: no `ProtectHostname=`); in a scratch root, a file the test writes.
+pub(crate) const KERNEL_HOSTNAME: &str = "/proc/sys/kernel/hostname";
+
+/// The node's hostname as kubelet takes it: the kernel's (`os.Hostname`, i.e. uname), trimmed
+/// and lowercased (component-helpers node/util/hostname.go `GetHostname`), never
+/// `/etc/hostname`: a transient name (DHCP, afterburn, `hostnamectl --transient`) is what the
+/// kernel and kubelet have, whatever the static file says.
 pub(crate) fn hostname(root: &Root) -> String {
     crate::util::bounded::read_to_string(
-        &root.path("/etc/hostname"),
+        &root.path(KERNEL_HOSTNAME),
         crate::util::bounded::MAX_SMALL_BYTES,
     )
     .ok()
-    .map(|s| s.trim().to_string())
-    .filter(|s| !s.is_empty())
     .or_else(|| {
         nix::unistd::gethostname()
             .ok()
             .and_then(|h| h.into_string().ok())
     })
+    .map(|s| s.trim().to_lowercase())
+    .filter(|s| !s.is_empty())
     .unwrap_or_else(|| "localhost".into())
 }
 

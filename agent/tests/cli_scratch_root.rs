@@ -500,7 +500,7 @@ async fn kubelet_is_not_started_when_its_ca_cannot_be_read() {
     let yaml = std::fs::read_to_string(r.join("etc/kubernetes/kubelet.yaml")).unwrap();
     assert!(
         yaml.contains("clientCAFile: /etc/kubernetes/ca.crt")
-            && yaml.contains("seccompDefault: true"),
+            && yaml.contains("seccompDefault: false"),
         "{yaml}"
     );
 }
@@ -568,4 +568,60 @@ fn wait_returns_once_the_steps_are_converged() {
     );
     assert_eq!(rc, 0, "{err}");
     assert!(out.contains("converged: secrets, node-identity"), "{out}");
+}
+
+/// `nodectl import`, what Typhoon's `ssh.tf` reaches through `/opt/bootstrap/layout`: a bundle
+/// nodectld would refuse is refused at once and nothing is handed over; a good one goes into the
+/// inbox (0600), the operator's copy is removed, and the command returns once it is placed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn import_checks_the_bundle_hands_it_over_and_waits_until_it_is_placed() {
+    let double = apiserver().await;
+    let api = bootstrap_in_bundle(&double);
+    let d = controller_root();
+    let r = d.path().to_path_buf();
+    let home = tempfile::tempdir().unwrap();
+    let assets = home.path().join("assets");
+    // A worker's bundle on a controller: refused before anything is handed over.
+    std::fs::write(&assets, typhoon_bundle(&[("tls/k8s/../ca.key", KEY)])).unwrap();
+    let (rc, _, err) = nodectl(&r, &["import", assets.to_str().unwrap(), "--no-wait"]);
+    assert_eq!(rc, 1, "{err}");
+    assert!(err.contains("nothing was imported"), "{err}");
+    assert!(!err.contains("MHcfake"), "key material in an error: {err}");
+    assert!(assets.exists(), "a refused bundle is left where it was");
+    assert!(!r.join("var/lib/nodectl/inbox/typhoon-assets").exists());
+
+    std::fs::write(&assets, controller_bundle(&api)).unwrap();
+    let (root, file) = (r.clone(), assets.clone());
+    let import = std::thread::spawn(move || {
+        nodectl(
+            &root,
+            &["import", file.to_str().unwrap(), "--timeout", "30"],
+        )
+    });
+    // nodectld's part, played by `nodectl apply` (a fresh file is left alone for a second
+    // unless the daemon's watcher saw it closed, so a few passes).
+    let inboxed = r.join("var/lib/nodectl/inbox/typhoon-assets");
+    let t = std::time::Instant::now();
+    while !import.is_finished() && t.elapsed() < std::time::Duration::from_secs(30) {
+        if inboxed.exists() {
+            assert_eq!(mode(&inboxed), 0o600);
+            assert!(
+                !assets.exists(),
+                "the operator's copy is removed once handed over"
+            );
+            let _ = nodectl(&r, &["apply"]);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(300));
+    }
+    let (rc, out, err) = import.join().unwrap();
+    assert_eq!(rc, 0, "{out}{err}");
+    assert!(
+        out.contains("imported") && out.contains("placed by nodectld"),
+        "{out}"
+    );
+    assert!(!inboxed.exists());
+    assert_eq!(mode(&r.join("etc/kubernetes/pki/ca.key")), 0o600);
+    assert!(r
+        .join("etc/kubernetes/manifests/kube-apiserver.yaml")
+        .exists());
 }

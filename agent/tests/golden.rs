@@ -39,6 +39,9 @@ fn render(case: &str, os_release: &str, selinux: (&str, &str), hostname: &str, c
     let r = d.path();
     std::fs::create_dir_all(r.join("etc")).unwrap();
     std::fs::write(r.join("etc/hostname"), format!("{hostname}\n")).unwrap();
+    // The kernel's hostname (what kubelet names itself after): the static one, as at boot.
+    std::fs::create_dir_all(r.join("proc/sys/kernel")).unwrap();
+    std::fs::write(r.join("proc/sys/kernel/hostname"), format!("{hostname}\n")).unwrap();
     std::fs::write(r.join("etc/resolv.conf"), "nameserver 10.0.0.2\n").unwrap();
     // afterburn's instance metadata (the AWS worker's provider id is taken from it).
     std::fs::create_dir_all(r.join("run/metadata")).unwrap();

@@ -45,7 +45,11 @@ printf '%s\n' "$human" | sed 's/^/  | /'
 check "human status names the daemon state" grep -q "nodectld: ready" <<<"$human"
 
 echo "## node identity: a hostname of localhost keeps nodectld waiting, and says why, until it changes"
+# The node is named after the kernel's hostname, as kubelet names itself (os.Hostname), and
+# nodectld shares the host's UTS namespace (no ProtectHostname=): a name set after it started is
+# seen. hostnamectl set-hostname sets both the kernel's name and /etc/hostname.
 cp /etc/nodectl/config.d/10-node.toml /root/10-node.toml
+hostname localhost
 echo localhost >/etc/hostname
 printf '[node]\nrole = "worker"\n' >/etc/nodectl/config.d/10-node.toml   # node.name unset: the hostname
 check "status: node-identity waits for a hostname other than localhost" wait_until 10 sh -c \
@@ -53,6 +57,13 @@ check "status: node-identity waits for a hostname other than localhost" wait_unt
 check "and the certificate request waits for it" sh -c \
   'nodectl status --json | jq -e ".steps[] | select(.id==\"kubelet-credentials\") | .state == \"blocked\" and (.blocked_by | index(\"node-identity\"))"'
 check "sd_notify STATUS= names it" sh -c 'systemctl show -p StatusText --value nodectld.service | grep -q "node-identity: a hostname other than"'
+# A transient name (AWS: DHCP or afterburn, no /etc/hostname; hostnamectl --transient): the
+# kernel's alone, no file event; the waiting step's recheck (5 s) sees it.
+hostname transient-1
+check "a transient hostname set after nodectld started ends the wait (the step's recheck)" wait_until 15 sh -c \
+  'nodectl status --json | jq -e ".steps[] | select(.id==\"node-identity\") | .state == \"converged\" and (.detail | test(\"node name transient-1\"))"'
+expect "the static /etc/hostname did not name it" "$(cat /etc/hostname)" localhost
+hostname worker-1
 echo worker-1 >/etc/hostname
 check "a new hostname ends the wait" wait_until 10 sh -c \
   'nodectl status --json | jq -e ".steps[] | select(.id==\"node-identity\") | .state == \"converged\" and (.detail | test(\"node name worker-1\"))"'

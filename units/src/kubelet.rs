@@ -113,14 +113,17 @@ impl KubeletSpec {
             Role::Worker => f.push("--node-labels=node.kubernetes.io/node".into()),
         }
         f.extend(self.labels.iter().map(|l| format!("--node-labels={l}")));
+        // One flag with every taint, comma-separated: kubelet keeps only the last
+        // `--register-with-taints` (pkg/kubelet/apis/config taints flag: RegisterWithTaintsVar.Set
+        // replaces the value), so a second flag would drop the controller's taint.
+        let mut taints: Vec<&str> = Vec::new();
         if self.role == Role::Controller {
-            f.push("--register-with-taints=node-role.kubernetes.io/controller=:NoSchedule".into());
+            taints.push("node-role.kubernetes.io/controller=:NoSchedule");
         }
-        f.extend(
-            self.taints
-                .iter()
-                .map(|t| format!("--register-with-taints={t}")),
-        );
+        taints.extend(self.taints.iter().map(String::as_str));
+        if !taints.is_empty() {
+            f.push(format!("--register-with-taints={}", taints.join(",")));
+        }
         if let Some(name) = &self.hostname_override {
             f.push(format!("--hostname-override={name}"));
         }
@@ -403,6 +406,38 @@ mod tests {
             assert!(u.contains("  $KUBELET_KUBECONFIG \\\n"), "{u}");
             assert!(!u.contains("bootstrap-kubeconfig") && !u.contains("--kubeconfig"));
         }
+    }
+
+    /// The taints kubelet registers with, read as kubelet reads its flags: the last
+    /// `--register-with-taints` wins (RegisterWithTaintsVar.Set replaces), its value split at
+    /// commas (pkg/kubelet/apis/config: `[]v1.Taint` from a comma-separated list).
+    fn taints_kubelet_registers(unit: &str) -> Vec<String> {
+        unit.split_whitespace()
+            .rev()
+            .find_map(|w| w.strip_prefix("--register-with-taints="))
+            .map(|v| v.split(',').map(String::from).collect())
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn every_taint_reaches_kubelet_in_one_flag_as_it_keeps_the_last() {
+        let mut s = spec(Runtime::Podman, Role::Controller);
+        s.taints = vec!["dedicated=infra:NoExecute".into()];
+        assert_eq!(
+            taints_kubelet_registers(&s.unit()),
+            [
+                "node-role.kubernetes.io/controller=:NoSchedule",
+                "dedicated=infra:NoExecute"
+            ]
+        );
+        let mut s = spec(Runtime::Docker, Role::Worker);
+        s.taints = vec!["gpu=true:NoSchedule".into(), "spot:PreferNoSchedule".into()];
+        assert_eq!(
+            taints_kubelet_registers(&s.unit()),
+            ["gpu=true:NoSchedule", "spot:PreferNoSchedule"]
+        );
+        s.taints.clear();
+        assert!(!s.unit().contains("--register-with-taints"));
     }
 
     #[test]

@@ -4,6 +4,7 @@
 
 mod audit;
 mod fleet;
+mod import;
 mod status_cmd;
 mod wait;
 
@@ -81,8 +82,24 @@ pub enum Command {
         /// Step ids (`nodectl status` lists them), e.g. `secrets`, `kubelet-running`.
         #[arg(required = true)]
         steps: Vec<String>,
-        /// Give up after this many seconds.
-        #[arg(long, default_value_t = 600)]
+        /// Give up after this many seconds (an hour: Terraform's SSH, which runs the units that
+        /// wait, waits as long).
+        #[arg(long, default_value_t = 3600)]
+        timeout: u64,
+    },
+    /// Hand a Typhoon assets bundle to nodectld (root only), as Typhoon's Terraform delivers it:
+    /// `ssh.tf` copies it to /home/core/assets and runs /opt/bootstrap/layout, which is
+    /// `nodectl import assets` on a nodectl node. Checks it first (nothing is handed over from a
+    /// bundle nodectld would refuse), puts it in the inbox atomically (0600), removes FILE, and
+    /// waits until nodectld placed it. Exit 0: placed; 1: refused, failed or timed out.
+    Import {
+        /// The bundle (terraform-render-bootstrap's `##### <path>` records).
+        file: PathBuf,
+        /// Return once it is in the inbox, without waiting for nodectld to place it.
+        #[arg(long)]
+        no_wait: bool,
+        /// Give up waiting after this many seconds.
+        #[arg(long, default_value_t = 3600)]
         timeout: u64,
     },
     /// Every node's nodectld state (its NodectlReady condition and annotations), unhealthy
@@ -161,6 +178,11 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Audit { json, fix } => audit::run(&root, json, fix),
         Command::Status { json } => status_cmd::run(&root, json).await,
         Command::Wait { steps, timeout } => wait::run(&root, &steps, timeout).await,
+        Command::Import {
+            file,
+            no_wait,
+            timeout,
+        } => import::run(&root, &file, !no_wait, timeout).await,
         Command::Fleet { kubeconfig, json } => fleet::run(kubeconfig, json).await,
     }
 }

@@ -111,7 +111,7 @@ impl Kubelet {
                 f.kubeconfig.as_ref(),
                 DEFAULT_KUBECONFIG,
             )?,
-            seccomp_default: f.seccomp_default.unwrap_or(true),
+            seccomp_default: f.seccomp_default.unwrap_or(false),
             credentials_check_secs: c.int(
                 "kubelet.credentials_check_secs",
                 f.credentials_check_secs,

@@ -140,7 +140,7 @@ impl Settings {
         let kubelet = kubelet::Kubelet::with_config(&f.kubelet, &c, host)?;
         let network = Network::with_config(&f.network, &c)?;
         let secrets_inbox = paths::inbox(&f.secrets, &c)?;
-        let (reboot, reboot_policy) = RebootPolicy::with_config(&f.reboot, &c)?;
+        let (reboot, reboot_policy) = RebootPolicy::with_config(&f.reboot, &c, host.os, node.role)?;
         let relabel = paths::relabel(&f.selinux, &c)?;
         Ok(Settings {
             role: node.role,

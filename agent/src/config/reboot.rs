@@ -7,14 +7,38 @@ use serde::{Deserialize, Serialize};
 
 use super::check::Check;
 use super::fragment::RebootSection;
+use super::node::Role;
 use super::ConfigError;
+use crate::host::Os;
 use crate::util::names;
 use crate::util::window::{self, Window, Zone};
 
 /// Where the FleetLock endpoint listens for Zincati.
 pub(crate) const DEFAULT_LISTEN: &str = "127.0.0.1:9455";
-/// The group update_engine's reboots take a slot of.
-pub(crate) const DEFAULT_GROUP: &str = "default";
+/// The group a controller's reboots take a slot of (update_engine and reboot-required; Zincati
+/// names its group in each request: the FCOS configs nodectl ships give it the same name).
+pub(crate) const CONTROLLERS_GROUP: &str = "controllers";
+/// The group a worker's reboots take a slot of.
+pub(crate) const WORKERS_GROUP: &str = "workers";
+
+/// The reboot group of a role: controllers and workers apart, so one slot for controllers keeps
+/// etcd's quorum whatever the workers do.
+pub(crate) fn default_group(role: Role) -> &'static str {
+    match role {
+        Role::Controller => CONTROLLERS_GROUP,
+        Role::Worker => WORKERS_GROUP,
+    }
+}
+
+/// The strategy of an OS's updater: Zincati asks over FleetLock on Fedora CoreOS, update_engine
+/// is followed on Flatcar (locksmithd masked); elsewhere no updater is known, so none.
+pub(crate) fn default_strategy(os: Os) -> RebootStrategy {
+    match os {
+        Os::FedoraCoreos => RebootStrategy::FleetLock,
+        Os::Flatcar => RebootStrategy::UpdateEngine,
+        _ => RebootStrategy::Off,
+    }
+}
 /// The namespace of the reboot Leases.
 pub(crate) const DEFAULT_NAMESPACE: &str = "nodectl-reboot";
 /// Concurrent reboots per group.
@@ -101,16 +125,21 @@ fn fleetlock_users(f: &RebootSection, c: &Check) -> Result<Vec<String>, ConfigEr
 
 impl RebootPolicy {
     /// Validates `[reboot]`: the strategy and the policy.
+    /// Unset, the strategy is the OS's updater's ([`default_strategy`]) and the group the
+    /// role's ([`default_group`]).
     pub(crate) fn with_config(
         f: &RebootSection,
         c: &Check,
+        os: Os,
+        role: Role,
     ) -> Result<(RebootStrategy, RebootPolicy), ConfigError> {
-        let strategy = match f.strategy.as_deref().unwrap_or("off") {
-            "off" => RebootStrategy::Off,
-            "fleet-lock" => RebootStrategy::FleetLock,
-            "update-engine" => RebootStrategy::UpdateEngine,
-            "reboot-required" => RebootStrategy::RebootRequired,
-            v => return Err(c.bad("reboot.strategy", v)),
+        let strategy = match f.strategy.as_deref() {
+            None => default_strategy(os),
+            Some("off") => RebootStrategy::Off,
+            Some("fleet-lock") => RebootStrategy::FleetLock,
+            Some("update-engine") => RebootStrategy::UpdateEngine,
+            Some("reboot-required") => RebootStrategy::RebootRequired,
+            Some(v) => return Err(c.bad("reboot.strategy", v)),
         };
         let listen = f.listen.as_deref().unwrap_or(DEFAULT_LISTEN);
         let policy = RebootPolicy {
@@ -126,7 +155,7 @@ impl RebootPolicy {
                 Err(_) => return Err(c.bad("reboot.listen", listen)),
             },
             group: match f.group.as_deref() {
-                None => DEFAULT_GROUP.into(),
+                None => default_group(role).into(),
                 Some(g) if names::valid_group(g) => g.into(),
                 Some(g) => return Err(c.bad("reboot.group", g)),
             },

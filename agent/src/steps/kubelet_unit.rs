@@ -36,10 +36,10 @@ impl KubeletUnit {
             // As Typhoon: relabel options where SELinux enforces (FCOS), none where it is only
             // permissive (Flatcar) or absent.
             selinux: cx.host.selinux.mode == nodectl_selinux::Mode::Enforcing,
-            // kubelet's name is its lowercased, trimmed hostname unless overridden
-            // (component-helpers node/util/hostname.go GetHostname).
+            // kubelet's name is the kernel's hostname, lowercased and trimmed, unless overridden
+            // (component-helpers node/util/hostname.go GetHostname; load::hostname).
             hostname_override: Some(&s.node_name)
-                .filter(|n| **n != crate::load::hostname(&cx.root).trim().to_lowercase())
+                .filter(|n| **n != crate::load::hostname(&cx.root))
                 .cloned(),
             cloud_provider: s.cloud_provider.clone(),
             provider_id: provider_id(cx),
@@ -233,5 +233,37 @@ mod tests {
         std::fs::remove_file(&link).unwrap();
         std::os::unix::fs::symlink("/etc/systemd/system/kubelet.service", &link).unwrap();
         assert!(unit_state(&cx).await.unwrap().1);
+    }
+
+    /// kubelet names its Node after the kernel's hostname (os.Hostname), not `/etc/hostname`:
+    /// where the two differ, the override follows the kernel's name.
+    #[test]
+    fn the_override_is_judged_against_the_kernels_hostname_not_etc_hostname() {
+        let (_d, mut cx) = Cx::scratch();
+        let put = |p: &str, t: &str| {
+            let p = cx.root.path(p);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, t).unwrap();
+        };
+        put("/etc/hostname", "static-name\n");
+        put(crate::load::KERNEL_HOSTNAME, "Transient-Name\n");
+        // node.name unset: the node is named as kubelet names itself, so no override.
+        cx.settings = crate::config::Settings::from_toml(
+            "[node]\nrole = \"worker\"\n",
+            &cx.host,
+            &crate::load::hostname(&cx.root),
+        );
+        assert_eq!(cx.settings.node_name, "transient-name");
+        assert_eq!(KubeletUnit::spec(&cx).hostname_override, None);
+        // node.name = the static name: kubelet would register as transient-name.
+        cx.settings = crate::config::Settings::from_toml(
+            "[node]\nrole = \"worker\"\nname = \"static-name\"\n",
+            &cx.host,
+            &crate::load::hostname(&cx.root),
+        );
+        assert_eq!(
+            KubeletUnit::spec(&cx).hostname_override.as_deref(),
+            Some("static-name")
+        );
     }
 }

@@ -144,7 +144,19 @@ impl Secrets {
                 .read_to_end(&mut bytes)
         }
         .with_context(|| format!("reading {}", real.display()))?;
-        let records = super::bundle::parse(&bytes, bundle)?;
+        Self::fileset_of(root, settings, &bytes, bundle)
+    }
+
+    /// The files a bundle's bytes place, checked whole (records, Typhoon's layout, the role,
+    /// owners); `bundle` names it in errors. `nodectl import` checks a bundle with it before
+    /// handing it to nodectld, so an operator sees a refusal at once.
+    pub(crate) fn fileset_of(
+        root: &crate::root::Root,
+        settings: &crate::config::Settings,
+        bytes: &[u8],
+        bundle: &Path,
+    ) -> anyhow::Result<FileSet> {
+        let records = super::bundle::parse(bytes, bundle)?;
         let plan = super::bundle::plan(
             &records,
             super::bundle::TYPHOON_LAYOUT,

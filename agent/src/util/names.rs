@@ -56,7 +56,62 @@ pub(crate) fn parse_label(s: &str) -> Result<String, SyntaxError> {
     if k == "node.kubernetes.io/master" || k == "node-role.kubernetes.io/master" {
         return Err(SyntaxError(format!("label {s:?}: the master label is deprecated; nodectl sets node.kubernetes.io/controller")));
     }
+    if is_kubernetes_label(k) && !is_kubelet_label(k) {
+        // kubelet would exit at start with this (cmd/kubelet/app/options/options.go
+        // ValidateKubeletFlags); the Node authorizer's NodeRestriction refuses the rest too.
+        return Err(SyntaxError(format!(
+            "label {s:?}: kubelet refuses 'kubernetes.io' or 'k8s.io' labels other than its own \
+             (prefixes {}; or one of {}) and exits at start; set {k:?} through the API instead \
+             (kubectl label node)",
+            KUBELET_LABEL_NAMESPACES.join(", "),
+            KUBELET_LABELS.join(", ")
+        )));
+    }
     Ok(s.to_string())
+}
+
+/// The labels kubelet may set on its own Node although they are in the `kubernetes.io`
+/// namespace (k8s.io/kubelet pkg/apis/well_known_labels.go `kubeletLabels`).
+pub(crate) const KUBELET_LABELS: &[&str] = &[
+    "kubernetes.io/hostname",
+    "topology.kubernetes.io/zone",
+    "topology.kubernetes.io/region",
+    "failure-domain.beta.kubernetes.io/zone",
+    "failure-domain.beta.kubernetes.io/region",
+    "beta.kubernetes.io/instance-type",
+    "node.kubernetes.io/instance-type",
+    "kubernetes.io/os",
+    "kubernetes.io/arch",
+    "beta.kubernetes.io/os",
+    "beta.kubernetes.io/arch",
+];
+/// The namespaces (and their subdomains) whose labels kubelet may set
+/// (well_known_labels.go `kubeletLabelNamespaces`).
+pub(crate) const KUBELET_LABEL_NAMESPACES: &[&str] =
+    &["kubelet.kubernetes.io", "node.kubernetes.io"];
+
+/// A label key's namespace: what stands before its `/` (well_known_labels.go `getLabelNamespace`).
+fn label_namespace(key: &str) -> &str {
+    key.split_once('/').map_or("", |(ns, _)| ns)
+}
+
+/// `ns` is `domain` or a subdomain of it.
+fn in_domain(ns: &str, domain: &str) -> bool {
+    ns == domain || ns.strip_suffix(domain).is_some_and(|p| p.ends_with('.'))
+}
+
+/// A label in the `kubernetes.io` or `k8s.io` namespaces (options.go `isKubernetesLabel`).
+pub(crate) fn is_kubernetes_label(key: &str) -> bool {
+    let ns = label_namespace(key);
+    in_domain(ns, "kubernetes.io") || in_domain(ns, "k8s.io")
+}
+
+/// A label kubelet may set itself (well_known_labels.go `IsKubeletLabel`).
+pub(crate) fn is_kubelet_label(key: &str) -> bool {
+    KUBELET_LABELS.contains(&key)
+        || KUBELET_LABEL_NAMESPACES
+            .iter()
+            .any(|d| in_domain(label_namespace(key), d))
 }
 
 /// A taint `key=value:Effect` or `key:Effect`, checked and returned as written.
@@ -110,6 +165,39 @@ mod tests {
         }
         for g in ["", "a b", "a/b", "ä", "a_b"] {
             assert!(!valid_group(g), "{g}");
+        }
+    }
+
+    /// kubelet's own rule (options.go ValidateKubeletFlags with IsKubeletLabel): a label in the
+    /// kubernetes.io or k8s.io namespaces that is not kubelet's makes kubelet exit at start.
+    #[test]
+    fn labels_kubelet_refuses_are_refused_and_its_own_kept() {
+        for ok in [
+            "pool=blue",
+            "example.com/tier=gold",
+            "node.kubernetes.io/node",
+            "node.kubernetes.io/controller=true",
+            "kubelet.kubernetes.io/x=y",
+            "sub.node.kubernetes.io/x=y",
+            "topology.kubernetes.io/zone=us-east-1a",
+            "kubernetes.io/arch=amd64",
+            "notkubernetes.io/x=y",
+        ] {
+            assert_eq!(parse_label(ok).as_deref(), Ok(ok), "{ok}");
+        }
+        for bad in [
+            "node-role.kubernetes.io/infra",
+            "node-role.kubernetes.io/worker=",
+            "kubernetes.io/role=infra",
+            "example.k8s.io/x=y",
+            "k8s.io/x=y",
+            "topology.kubernetes.io/rack=r1",
+        ] {
+            let e = parse_label(bad).unwrap_err().to_string();
+            assert!(
+                e.contains("kubelet refuses") && e.contains("kubectl label"),
+                "{bad}: {e}"
+            );
         }
     }
 }

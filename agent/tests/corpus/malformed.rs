@@ -21,7 +21,8 @@ fn config_case(fragment: &[u8]) -> String {
     let d = tempfile::tempdir().unwrap();
     let root = Root::new(d.path());
     std::fs::create_dir_all(root.path("/etc/nodectl/config.d")).unwrap();
-    std::fs::write(root.path("/etc/hostname"), "node-1\n").unwrap();
+    std::fs::create_dir_all(root.path("/proc/sys/kernel")).unwrap();
+    std::fs::write(root.path("/proc/sys/kernel/hostname"), "node-1\n").unwrap();
     std::fs::write(root.path("/etc/nodectl/config.d/10-node.toml"), fragment).unwrap();
     let host = crate::host::Host::generic();
     match crate::load::settings(&root, &host) {

@@ -155,6 +155,98 @@ fn the_files_systemd_applies_at_boot_ship_as_nodectld_writes_them() {
     );
 }
 
+/// containerd's effective configuration for `config` (a config.toml's text), as the real
+/// containerd computes it (`containerd --config FILE config dump`; Debian's containerd 1.6).
+fn containerd_dump(config: &str) -> toml::Table {
+    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let f = std::env::temp_dir().join(format!(
+        "nodectl-containerd-{}-{n}.toml",
+        std::process::id()
+    ));
+    std::fs::write(&f, config).unwrap();
+    let out = Command::new("containerd")
+        .arg("--config")
+        .arg(&f)
+        .args(["config", "dump"])
+        .output()
+        .expect("containerd (Debian package containerd; tests/vm/setup-host.sh installs it)");
+    let _ = std::fs::remove_file(&f);
+    assert!(
+        out.status.success(),
+        "containerd config dump: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap().parse().unwrap()
+}
+
+/// What kubelet needs of containerd's CRI, from its effective config: the runc runtime with
+/// its type (a config that names only `runtimes.runc.options` replaces the whole runc entry
+/// and leaves `runtime_type = ""`: containerd#6964, Flatcar's coreos-overlay#1214), the
+/// systemd cgroup driver kubelet.yaml names, SELinux labels for containers, and the socket
+/// kubelet's `--container-runtime-endpoint` names.
+fn cri_problems(dump: &toml::Table) -> Vec<String> {
+    let cri = &dump["plugins"]["io.containerd.grpc.v1.cri"];
+    let ctd = &cri["containerd"];
+    let mut bad = Vec::new();
+    let mut want = |what: &str, got: Option<&toml::Value>, v: toml::Value| {
+        if got != Some(&v) {
+            bad.push(format!("{what} = {got:?}, want {v}"));
+        }
+    };
+    let runc = ctd.get("runtimes").and_then(|r| r.get("runc"));
+    want(
+        "default_runtime_name",
+        ctd.get("default_runtime_name"),
+        "runc".into(),
+    );
+    want(
+        "runtimes.runc.runtime_type",
+        runc.and_then(|r| r.get("runtime_type")),
+        "io.containerd.runc.v2".into(),
+    );
+    want(
+        "runtimes.runc.options.SystemdCgroup",
+        runc.and_then(|r| r.get("options"))
+            .and_then(|o| o.get("SystemdCgroup")),
+        true.into(),
+    );
+    want("enable_selinux", cri.get("enable_selinux"), true.into());
+    want(
+        "grpc.address",
+        dump.get("grpc").and_then(|g| g.get("address")),
+        "/run/containerd/containerd.sock".into(),
+    );
+    bad
+}
+
+/// The FCOS configs' containerd config, as the real containerd reads it, runs pods: runc v2,
+/// the systemd cgroup driver, SELinux, kubelet's socket. And the config that shipped before
+/// (only `runtimes.runc.options`) is caught.
+#[test]
+fn containerd_reads_the_shipped_config_as_a_runtime_kubelet_can_use() {
+    for t in templates() {
+        let name = t.file_name().unwrap().to_string_lossy().into_owned();
+        let bu = rendered(&t);
+        let Some(config) = inline_file(&bu, "/etc/containerd/config.toml") else {
+            // Flatcar: docker's containerd with its defaults, as Typhoon's Flatcar configs
+            assert!(name.starts_with("flatcar"), "{name}: no containerd config");
+            continue;
+        };
+        let bad = cri_problems(&containerd_dump(&config));
+        assert!(bad.is_empty(), "{name}: {bad:?}");
+    }
+    let before = "version = 2\nroot = \"/var/lib/containerd\"\nstate = \"/run/containerd\"\n\
+        [plugins.\"io.containerd.grpc.v1.cri\"]\n  enable_selinux = true\n\
+        [plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc.options]\n  SystemdCgroup = true\n";
+    let bad = cri_problems(&containerd_dump(before));
+    assert!(
+        bad.iter()
+            .any(|b| b.starts_with("runtimes.runc.runtime_type = Some(String(\"\"))")),
+        "{bad:?}"
+    );
+}
+
 #[test]
 fn an_unknown_key_or_a_wrong_spec_version_fails_the_checks() {
     let t = repo().join("packaging/butane/flatcar-worker.bu");

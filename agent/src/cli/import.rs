@@ -1,0 +1,134 @@
+//! `nodectl import FILE`: hands a Typhoon assets bundle (terraform-render-bootstrap's records,
+//! `##### <path>` each) to nodectld, as Typhoon's Terraform delivers it: its `ssh.tf` copies the
+//! bundle to `/home/core/assets` and runs `sudo /opt/bootstrap/layout`, which on a nodectl node
+//! is `nodectl import assets`.
+//!
+//! The bundle is checked first as a pass would check it (records, layout, role, owners), so a
+//! refusal is said at once and nothing is handed over. It then goes into the inbox by the one
+//! atomic write (temp file, fsync, rename; root-owned, 0600), the copy in the operator's
+//! directory is removed (as Typhoon's layout removes its `assets`: keys and the token do not
+//! stay in a home directory), and, unless `--no-wait`, the command waits until nodectld has
+//! placed it: the file gone from the inbox and the `secrets` step converged. A refusal by
+//! nodectld (its own checks, an owner missing) ends the wait with its error; the bundle stays
+//! in the inbox for the operator to replace.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+
+use super::status_cmd::{status_from_daemon, status_from_disk};
+use crate::engine::StepState;
+use crate::fsio::{DirSpec, FileSpec, Writer};
+use crate::root::Root;
+use crate::steps::bundle::MAX_BUNDLE_BYTES;
+use crate::steps::Secrets;
+
+/// The name an imported bundle takes in the inbox (one at a time: a second import before the
+/// first was placed replaces it, whole).
+pub(crate) const IMPORT_NAME: &str = "typhoon-assets";
+/// How often the status is asked again while waiting.
+const EVERY: Duration = Duration::from_millis(200);
+
+/// The bundle read from the operator's file: never through a symlink, a regular file, bounded.
+fn read_bundle(file: &Path) -> anyhow::Result<Vec<u8>> {
+    use std::io::Read;
+    let f = crate::fsio::open_nofollow(file)
+        .with_context(|| format!("opening {} (never through a symlink)", file.display()))?;
+    let meta = f
+        .metadata()
+        .with_context(|| format!("reading {}", file.display()))?;
+    anyhow::ensure!(meta.is_file(), "{} is not a regular file", file.display());
+    let mut bytes = Vec::new();
+    f.take(MAX_BUNDLE_BYTES as u64 + 1)
+        .read_to_end(&mut bytes)
+        .with_context(|| format!("reading {}", file.display()))?;
+    Ok(bytes)
+}
+
+/// Runs `nodectl import`; returns the exit code (0: placed, or handed over with `--no-wait`;
+/// 1: refused, failed or timed out).
+pub(super) async fn run(root: &Root, file: &Path, wait: bool, timeout: u64) -> anyhow::Result<i32> {
+    let host = crate::load::host(root)?;
+    let settings = crate::load::settings(root, &host)?;
+    let bytes = read_bundle(file)?;
+    let files = match Secrets::fileset_of(root, &settings, &bytes, file) {
+        Ok(set) => set.files.len(),
+        Err(e) => {
+            eprintln!("{e:#}; nothing was imported");
+            return Ok(1);
+        }
+    };
+    let labeler = nodectl_selinux::Labeler::new(root.dir(), &host.selinux);
+    let writer = Writer::new(root, &labeler);
+    let inbox = &settings.secrets_inbox;
+    writer
+        .ensure_dir(&DirSpec::new(inbox, 0o700))
+        .with_context(|| format!("making the inbox {}", inbox.display()))?;
+    let dest: PathBuf = inbox.join(IMPORT_NAME);
+    writer
+        .write(&FileSpec::new(&dest, bytes, 0o600))
+        .with_context(|| format!("writing {}", dest.display()))?;
+    std::fs::remove_file(file).with_context(|| {
+        format!(
+            "removing {} (handed over as {})",
+            file.display(),
+            dest.display()
+        )
+    })?;
+    println!(
+        "imported {} ({files} files) as {}; {} removed",
+        file.display(),
+        dest.display(),
+        file.display()
+    );
+    if !wait {
+        return Ok(0);
+    }
+    placed(root, &dest, files, timeout).await
+}
+
+/// Waits until nodectld placed the bundle at `dest` (node path): gone from the inbox, the
+/// `secrets` step converged.
+async fn placed(root: &Root, dest: &Path, files: usize, timeout: u64) -> anyhow::Result<i32> {
+    let deadline = Instant::now() + Duration::from_secs(timeout);
+    let mut said = String::new();
+    loop {
+        let st = match status_from_daemon(root).await {
+            Ok(st) => st,
+            Err(why) => status_from_disk(root, why.to_string()).await,
+        };
+        let there = root.path(dest).exists();
+        let secrets = st
+            .steps
+            .iter()
+            .find(|s| s.id == "secrets")
+            .map(|s| &s.state);
+        let left = match secrets {
+            Some(StepState::Converged { .. } | StepState::Applied { .. }) if !there => {
+                println!("placed by nodectld: {files} files, with their owners, modes and labels");
+                return Ok(0);
+            }
+            Some(StepState::Failed { error }) if there => {
+                eprintln!(
+                    "nodectld refused the bundle: {error}\n(it stays in {}; import a mended one to replace it)",
+                    dest.display()
+                );
+                return Ok(1);
+            }
+            _ if there => format!("nodectld to place {}", dest.display()),
+            Some(StepState::Waiting { waiting_for }) => format!("secrets: {waiting_for}"),
+            Some(s) => format!("secrets: {}", s.name()),
+            None => format!("nodectld's first pass ({})", st.daemon.state),
+        };
+        if Instant::now() >= deadline {
+            eprintln!("still waiting after {timeout} s for {left}");
+            return Ok(1);
+        }
+        if left != said {
+            println!("waiting for {left}");
+            said = left;
+        }
+        tokio::time::sleep(EVERY).await;
+    }
+}

@@ -1,0 +1,100 @@
+//! The Kubernetes manifests nodectl ships (packaging/kubernetes/*.yaml: the reboot RBAC and the
+//! Lease policy), which the controller configs hand to Typhoon's bootstrap.service to apply:
+//! each document parses as the API's own type for its kind (k8s-openapi), and nothing in it is
+//! lost on the way (a misspelled or misplaced field would be dropped by the API server's
+//! decoder too, silently: here it fails, naming the document).
+
+use std::path::Path;
+
+use k8s_openapi::api::admissionregistration::v1::{
+    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+};
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+
+/// `doc` (a YAML document as JSON) through the API type `T` and back: what came back must be
+/// what went in.
+fn round_trip<T>(doc: &serde_json::Value) -> Result<(), String>
+where
+    T: serde::de::DeserializeOwned + serde::Serialize,
+{
+    let typed: T = serde_json::from_value(doc.clone()).map_err(|e| e.to_string())?;
+    let back = serde_json::to_value(&typed).unwrap();
+    if &back != doc {
+        return Err(format!(
+            "fields the API type does not have were dropped:\nshipped: {doc}\nparsed:  {back}"
+        ));
+    }
+    Ok(())
+}
+
+/// Every document of a manifest file checked against its kind's type; the kinds found.
+fn check(text: &str, name: &str) -> Result<Vec<String>, String> {
+    let docs: Vec<serde_json::Value> =
+        serde_saphyr::from_multiple(text).map_err(|e| format!("{name}: {e}"))?;
+    let mut kinds = Vec::new();
+    for (i, doc) in docs.into_iter().enumerate() {
+        let kind = doc["kind"].as_str().unwrap_or("").to_string();
+        let api = doc["apiVersion"].as_str().unwrap_or("");
+        let r = match (api, kind.as_str()) {
+            ("v1", "Namespace") => round_trip::<Namespace>(&doc),
+            ("rbac.authorization.k8s.io/v1", "Role") => round_trip::<Role>(&doc),
+            ("rbac.authorization.k8s.io/v1", "RoleBinding") => round_trip::<RoleBinding>(&doc),
+            ("rbac.authorization.k8s.io/v1", "ClusterRole") => round_trip::<ClusterRole>(&doc),
+            ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding") => {
+                round_trip::<ClusterRoleBinding>(&doc)
+            }
+            ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy") => {
+                round_trip::<ValidatingAdmissionPolicy>(&doc)
+            }
+            ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding") => {
+                round_trip::<ValidatingAdmissionPolicyBinding>(&doc)
+            }
+            _ => Err(format!("unexpected {api} {kind}")),
+        };
+        r.map_err(|e| format!("{name}, document {}: {e}", i + 1))?;
+        kinds.push(kind);
+    }
+    Ok(kinds)
+}
+
+fn shipped(name: &str) -> String {
+    std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../packaging/kubernetes")
+            .join(name),
+    )
+    .unwrap()
+}
+
+#[test]
+fn the_shipped_manifests_parse_as_the_api_types_with_nothing_dropped() {
+    assert_eq!(
+        check(&shipped("rbac.yaml"), "rbac.yaml").unwrap(),
+        [
+            "Namespace",
+            "Role",
+            "RoleBinding",
+            "ClusterRole",
+            "ClusterRoleBinding"
+        ]
+    );
+    assert_eq!(
+        check(
+            &shipped("reboot-lease-policy.yaml"),
+            "reboot-lease-policy.yaml"
+        )
+        .unwrap(),
+        [
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding"
+        ]
+    );
+    // and a field in the wrong place is caught
+    let bad = shipped("rbac.yaml").replacen("  name: ", "  nmae: ", 1);
+    let e = check(&bad, "bad.yaml").unwrap_err();
+    assert!(
+        e.contains("bad.yaml, document 1") && e.contains("dropped"),
+        "{e}"
+    );
+}
