@@ -97,7 +97,7 @@ fn every_shipped_template_translates_checks_and_agrees_with_its_ignition() {
             "kubelet.service",
             "chcon",
             "wait-for-dns",
-            "/opt/bootstrap/layout",
+            "mv tls",
         ] {
             assert!(!ign.contains(glue), "{name}: Typhoon glue left: {glue}");
         }
@@ -153,6 +153,106 @@ fn the_files_systemd_applies_at_boot_ship_as_nodectld_writes_them() {
         inline_file(&bu, SYSCTL_FILE).as_deref(),
         Some(sysctl_conf(true).as_str())
     );
+}
+
+/// A unit's contents in a rendered Butane config.
+fn unit(bu: &str, name: &str) -> Option<String> {
+    let doc: serde_yaml::Value = serde_yaml::from_str(bu).unwrap();
+    doc["systemd"]["units"]
+        .as_sequence()?
+        .iter()
+        .find(|u| u["name"].as_str() == Some(name))
+        .and_then(|u| u["contents"].as_str().map(String::from))
+}
+
+/// What Typhoon's Terraform flow and the cluster need of a controller config: the layout script
+/// its `ssh.tf` runs hands the bundle to nodectld (no `mv`, no `chcon`); etcd waits for the
+/// node's name and DNS and for the secrets; bootstrap.service applies nodectl's manifests (the
+/// reboot RBAC and Lease policy, byte for byte packaging/kubernetes/) after the bundle's.
+#[test]
+fn a_controller_config_takes_typhoons_bundle_and_ships_the_reboot_manifests() {
+    for t in templates() {
+        let name = t.file_name().unwrap().to_string_lossy().into_owned();
+        let bu = rendered(&t);
+        let layout = inline_file(&bu, "/opt/bootstrap/layout");
+        if !name.contains("controller") {
+            assert_eq!(layout, None, "{name}");
+            assert_eq!(inline_file(&bu, "/opt/bootstrap/nodectl/rbac.yaml"), None);
+            continue;
+        }
+        assert_eq!(
+            layout.as_deref(),
+            Some("#!/bin/bash -e\nexec /usr/bin/nodectl import assets\n"),
+            "{name}"
+        );
+        for m in ["rbac.yaml", "reboot-lease-policy.yaml"] {
+            let shipped =
+                std::fs::read_to_string(repo().join("packaging/kubernetes").join(m)).unwrap();
+            assert_eq!(
+                inline_file(&bu, &format!("/opt/bootstrap/nodectl/{m}")).as_deref(),
+                Some(shipped.as_str()),
+                "{name}: {m}"
+            );
+        }
+        let apply = inline_file(&bu, "/opt/bootstrap/apply").unwrap();
+        assert!(apply.contains("kubectl apply -f /nodectl -R"), "{name}");
+        let bootstrap = unit(&bu, "bootstrap.service").unwrap();
+        assert!(
+            bootstrap.contains("/opt/bootstrap/nodectl:/nodectl:ro"),
+            "{name}: {bootstrap}"
+        );
+        let etcd = unit(&bu, "etcd-member.service").unwrap();
+        assert!(
+            etcd.contains("ExecStartPre=/usr/bin/nodectl wait node-identity secrets"),
+            "{name}: {etcd}"
+        );
+    }
+}
+
+/// Reboots for updates are coordinated by default in what ships: on Fedora CoreOS Zincati is
+/// pointed at nodectld's FleetLock endpoint with its role's group (nodectl's reboot.group
+/// default: only that group is served), on Flatcar locksmithd is masked (nodectld follows
+/// update_engine); no config turns nodectl's reboot strategy off.
+#[test]
+fn the_shipped_configs_coordinate_reboots_by_default() {
+    for t in templates() {
+        let name = t.file_name().unwrap().to_string_lossy().into_owned();
+        let bu = rendered(&t);
+        let node = inline_file(&bu, "/etc/nodectl/config.d/10-node.toml").unwrap();
+        assert!(!node.contains("strategy"), "{name}: {node}");
+        let group = if name.contains("controller") {
+            "controllers"
+        } else {
+            "workers"
+        };
+        if name.starts_with("fcos") {
+            let z: toml::Table =
+                inline_file(&bu, "/etc/zincati/config.d/55-nodectl-fleetlock.toml")
+                    .unwrap_or_else(|| panic!("{name}: no Zincati fragment"))
+                    .parse()
+                    .unwrap();
+            assert_eq!(
+                z["updates"]["strategy"].as_str(),
+                Some("fleet_lock"),
+                "{name}"
+            );
+            // nodectl's reboot.listen default
+            assert_eq!(
+                z["updates"]["fleet_lock"]["base_url"].as_str(),
+                Some("http://127.0.0.1:9455/"),
+                "{name}"
+            );
+            assert_eq!(z["identity"]["group"].as_str(), Some(group), "{name}");
+        } else {
+            let doc: serde_yaml::Value = serde_yaml::from_str(&bu).unwrap();
+            let masked = doc["systemd"]["units"]
+                .as_sequence()
+                .unwrap()
+                .iter()
+                .any(|u| u["name"] == "locksmithd.service" && u["mask"] == true);
+            assert!(masked, "{name}: locksmithd not masked");
+        }
+    }
 }
 
 /// containerd's effective configuration for `config` (a config.toml's text), as the real
