@@ -439,3 +439,83 @@ fn container_linux_is_reported_end_of_life() {
     assert_eq!(ids(&out), ["end-of-life-os"], "{out}{err}");
     assert_eq!(rc, 3);
 }
+
+/// What a real cluster runs is not a finding: nodectl's own shipped etcd.env (every interface,
+/// as Typhoon's, with client certificates required), root-owned keys where the control plane's
+/// manifests run as root (a kubeadm-style controller); and the bootstrap token's advice does
+/// not break workers that join later.
+#[test]
+fn a_real_clusters_own_choices_are_not_findings() {
+    let d = node("[node]\nrole = \"controller\"\nname = \"controller-0\"\n");
+    let r = d.path();
+    let shipped = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../packaging/butane/fcos-controller.bu"),
+    )
+    .unwrap();
+    let env: String = shipped
+        .lines()
+        .skip_while(|l| !l.contains("path: /etc/etcd/etcd.env"))
+        .filter_map(|l| l.trim().strip_prefix("ETCD_"))
+        .map(|l| format!("ETCD_{l}\n"))
+        .collect();
+    assert!(
+        env.contains("ETCD_LISTEN_CLIENT_URLS=https://0.0.0.0:2379"),
+        "{env}"
+    );
+    put(r, "/etc/etcd/etcd.env", env.as_bytes(), 0o644);
+    // kubeadm-style: no runAsUser anywhere, keys root's 0600 in a 0700 directory
+    let kubeadm = b"apiVersion: v1\nkind: Pod\nspec:\n  containers:\n  - name: kube-apiserver\n    command:\n    - kube-apiserver\n    - --authorization-mode=Node,RBAC\n    - --enable-admission-plugins=NodeRestriction\n";
+    put(
+        r,
+        "/etc/kubernetes/manifests/kube-apiserver.yaml",
+        kubeadm,
+        0o600,
+    );
+    put(
+        r,
+        "/etc/kubernetes/pki/apiserver.key",
+        b"-----BEGIN EC PRIVATE KEY-----\nMHc=\n-----END EC PRIVATE KEY-----\n",
+        0o600,
+    );
+    chmod(r, "/etc/kubernetes/pki", 0o700);
+    let (rc, out, err) = nodectl(r, &["audit", "--json"]);
+    assert_eq!(ids(&out), Vec::<String>::new(), "{out}{err}");
+    assert_eq!(rc, 0);
+    // Typhoon's manifests run as 65534: the same key, owned by another uid, locks them out.
+    let typhoon = String::from_utf8_lossy(kubeadm).replace(
+        "spec:\n",
+        "spec:\n  securityContext:\n    runAsNonRoot: true\n    runAsUser: 65534\n",
+    );
+    put(
+        r,
+        "/etc/kubernetes/manifests/kube-apiserver.yaml",
+        typhoon.as_bytes(),
+        0o600,
+    );
+    let (_, out, _) = nodectl(r, &["audit", "--json"]);
+    assert_eq!(ids(&out), ["control-plane-key-owner"], "{out}");
+    // An unbounded bootstrap token: the advice names the workers that join later.
+    put(
+        r,
+        "/etc/kubernetes/manifests/kube-apiserver.yaml",
+        b"apiVersion: v1\nkind: Pod\nspec:\n  containers:\n  - name: kube-apiserver\n    command:\n    - kube-apiserver\n    - --authorization-mode=Node,RBAC\n    - --enable-admission-plugins=NodeRestriction\n    - --enable-bootstrap-token-auth=true\n",
+        0o600,
+    );
+    put(
+        r,
+        "/opt/bootstrap/assets/manifests/bootstrap-token.yaml",
+        b"apiVersion: v1\nkind: Secret\nstringData:\n  token-id: abcdef\n",
+        0o600,
+    );
+    let (_, out, _) = nodectl(r, &["audit", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let f = v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["id"] == "bootstrap-token-unbounded")
+        .unwrap()
+        .clone();
+    let fix = f["fix"].as_str().unwrap();
+    assert!(fix.contains("join later") && fix.contains("rotated"), "{f}");
+}

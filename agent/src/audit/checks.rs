@@ -151,7 +151,7 @@ fn apiserver(s: &Snapshot, out: &mut Vec<Finding>) {
             Path::new(BOOTSTRAP_TOKEN_MANIFEST),
             "stringData.expiration",
             "bootstrap token auth is on and the token Secret has no expiration".into(),
-            "give the bootstrap token Secret an expiration (the tokencleaner removes it) and hand new nodes fresh tokens",
+            "bound what the token can do rather than its life alone: workers that join later (an autoscaling group started from the same config) carry this token, so an expiration stops them joining unless the token is rotated with their configs (a new token Secret and `terraform apply` of the workers' Ignition) before it expires; with no autoscaling, give the Secret an expiration (the tokencleaner removes it)",
             None,
         ));
     }
@@ -200,7 +200,12 @@ fn etcd(s: &Snapshot, out: &mut Vec<Finding>) {
             None,
         ));
     }
-    if let Some(urls) = var("ETCD_LISTEN_CLIENT_URLS") {
+    // Every interface is Typhoon's choice (its firewall lets only controllers reach 2379) and
+    // harmless while etcd asks every client for a certificate its CA signed: flagged only
+    // without that (nodectl's own shipped etcd.env listens so, with client certificates).
+    let cert_auth = var("ETCD_CLIENT_CERT_AUTH").as_deref() == Some("true")
+        && var("ETCD_TRUSTED_CA_FILE").is_some_and(|f| !f.is_empty());
+    if let Some(urls) = var("ETCD_LISTEN_CLIENT_URLS").filter(|_| !cert_auth) {
         if urls.contains("0.0.0.0") || urls.contains("[::]") {
             out.push(finding(
                 "etcd-listens-everywhere",
@@ -218,7 +223,7 @@ fn etcd(s: &Snapshot, out: &mut Vec<Finding>) {
 /// `/etc/kubernetes/pki` on a controller, also given to the control plane's uid, whose static
 /// pods read it (a chmod alone would lock them out of a Typhoon-laid-out controller).
 fn tighten(s: &Snapshot, path: &Path, mode: u32) -> Remedy {
-    let uid = CONTROL_PLANE_UID;
+    let uid = control_plane_uid(s);
     if s.role == Role::Controller && path.starts_with(CONTROL_PLANE_PKI) {
         Remedy::Own {
             uid,
@@ -286,10 +291,11 @@ fn control_plane_owner(
     dirs_flagged: &mut BTreeSet<PathBuf>,
     out: &mut Vec<Finding>,
 ) {
-    if s.role != Role::Controller || !f.path.starts_with(CONTROL_PLANE_PKI) {
+    let uid = control_plane_uid(s);
+    // (root reads whatever it owns or not)
+    if s.role != Role::Controller || !f.path.starts_with(CONTROL_PLANE_PKI) || uid == 0 {
         return;
     }
-    let uid = CONTROL_PLANE_UID;
     if f.uid != uid && f.mode & 0o077 == 0 {
         out.push(finding(
             "control-plane-key-owner",
@@ -324,6 +330,23 @@ fn control_plane_owner(
             ));
         }
     }
+}
+
+/// The uid the control plane's static pods run as, from kube-apiserver's manifest as kubelet
+/// reads it: the container's `securityContext.runAsUser`, else the pod's, else the image's user
+/// (root for the upstream images; a kubeadm-style manifest sets none); without a manifest, the
+/// uid nodectl's layout gives the control plane's keys (terraform-render-bootstrap's manifests
+/// run as 65534).
+pub(super) fn control_plane_uid(s: &Snapshot) -> u32 {
+    let Some(text) = &s.apiserver_manifest else {
+        return CONTROL_PLANE_UID;
+    };
+    let v: serde_json::Value = serde_saphyr::from_str(text).unwrap_or_default();
+    let spec = &v["spec"];
+    let uid = spec["containers"][0]["securityContext"]["runAsUser"]
+        .as_u64()
+        .or_else(|| spec["securityContext"]["runAsUser"].as_u64());
+    uid.and_then(|u| u32::try_from(u).ok()).unwrap_or(0)
 }
 
 /// A label of a type containers read (the container policy's content types, not only

@@ -96,7 +96,6 @@ impl NodeFiles {
             ("/etc/cni/net.d", 0o755),
             ("/opt/cni/bin", 0o755),
             ("/var/lib/kubelet", 0o700),
-            ("/var/lib/kubelet/volumeplugins", 0o755),
             // kubelet's container mounts it; podman refuses a missing host path.
             ("/var/lib/containerd", 0o711),
         ]
@@ -109,6 +108,10 @@ impl NodeFiles {
             label: Some(Relabel::label()),
             ..DirSpec::new(p, 0o750)
         }))
+        .chain([DirSpec {
+            label: Some(Relabel::label()),
+            ..DirSpec::new(VOLUME_PLUGIN_DIR, 0o755)
+        }])
         .collect();
         FileSet {
             dirs,
@@ -130,6 +133,12 @@ pub(crate) const PLUGIN_DIRS: [&str; 3] = [
     "/var/lib/kubelet/plugins",
     "/var/lib/kubelet/device-plugins",
 ];
+
+/// kubelet's `volumePluginDir` (flexvolume drivers): kube-controller-manager, a non-root
+/// static pod with its own MCS pair, mounts it by hostPath (terraform-render-bootstrap's
+/// manifest), so it is shared (`container_file_t:s0`) as Typhoon's `/var/lib/kubelet:z` mount
+/// left it, not `/var/lib/kubelet`'s policy default (which that pod cannot read), 0755.
+pub(crate) const VOLUME_PLUGIN_DIR: &str = "/var/lib/kubelet/volumeplugins";
 
 impl Step for NodeFiles {
     fn id(&self) -> &'static str {
@@ -199,6 +208,26 @@ impl Step for NodeFiles {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The directories a non-root control-plane pod or a plugin mounts carry the shared label;
+    /// kubelet's own directory keeps the policy default.
+    #[test]
+    fn directories_pods_mount_are_shared_and_kubelets_own_is_not() {
+        let (_d, cx) = Cx::scratch();
+        let set = NodeFiles::set(&cx);
+        let label = |p: &str| {
+            set.dirs
+                .iter()
+                .find(|d| d.path == Path::new(p))
+                .unwrap()
+                .label
+                .clone()
+        };
+        for p in PLUGIN_DIRS.iter().chain([&VOLUME_PLUGIN_DIR]) {
+            assert_eq!(label(p), Some(Relabel::label()), "{p}");
+        }
+        assert_eq!(label("/var/lib/kubelet"), None);
+    }
 
     #[test]
     fn new_content_or_a_label_fix_owes_the_oneshot_a_restart_a_mode_or_owner_fix_does_not() {

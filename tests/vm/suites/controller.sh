@@ -131,6 +131,9 @@ expect "C4a a driver's directory made in plugins/ inherits the shared type and l
 expect "C4a plugin dirs labeled shared (s0, no pair)" \
   "$(stat -c %C /var/lib/kubelet/plugins_registry /var/lib/kubelet/plugins /var/lib/kubelet/device-plugins | sort -u)" \
   "system_u:object_r:container_file_t:s0"
+# kube-controller-manager (uid 65534, its own pair) mounts kubelet's volumePluginDir by hostPath
+expect "C4a volumeplugins/ labeled shared (s0), as Typhoon's /var/lib/kubelet:z left it" \
+  "$(stat -c %C /var/lib/kubelet/volumeplugins)" "system_u:object_r:container_file_t:s0"
 expect "C4a /var/lib/kubelet itself and pods/ keep the policy default" \
   "$(stat -c %C /var/lib/kubelet | cut -d: -f3)" "$(matchpathcon -n /var/lib/kubelet | cut -d: -f3)"
 # node-driver-registrar's shape: not privileged, its own MCS pair, hostPath on the registry.
