@@ -51,11 +51,15 @@ for os in flatcar fcos; do (cd "$out/$os" && sha256sum -- *.raw >SHA256SUMS); do
 
 step "Butane and Ignition"
 vars=$(mktemp) && trap 'rm -f "$vars"' EXIT
+files_dir=${FILES_DIR:-docs/examples}
+# The bootstrap kubeconfig as Typhoon's cloud modules pass it (indent(10, ...)), from the files
+# dir, unless the vars give one.
 { cat "$vars_in"; echo "nodectl_version=$version"; echo "nodectl_url=$url"
   for os in flatcar fcos; do
     echo "nodectl_sysext_${os}_sha512=$(sha512sum "$out/$os/nodectl-$version-x86-64.raw" | cut -d' ' -f1)"
-  done; } >"$vars"
-files_dir=${FILES_DIR:-docs/examples}
+  done
+  grep -q '^kubeconfig' "$vars_in" || echo "kubeconfig@10=$(realpath "$files_dir")/bootstrap-kubeconfig"
+} >"$vars"
 for t in packaging/butane/*.bu; do
   n=$(basename "$t" .bu)
   "$tool" render "$vars" "$t" "$out/butane/$n.bu"

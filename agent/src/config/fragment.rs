@@ -99,8 +99,31 @@ pub(crate) struct Sections {
 pub(crate) struct NodeSection {
     pub(crate) role: Option<String>,
     pub(crate) name: Option<String>,
+    #[serde(default, deserialize_with = "items")]
     pub(crate) labels: Option<Vec<String>>,
+    #[serde(default, deserialize_with = "items")]
     pub(crate) taints: Option<Vec<String>>,
+}
+
+/// A [`super::schema::Kind::Items`] value: a list as is, or a string split at commas, each item
+/// trimmed and empty ones skipped (kubelet's `ConfigurationMap.Set`; Typhoon's templates get
+/// `join(",", var.node_labels)`, `""` when there are none).
+fn items<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Vec<String>>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Items {
+        List(Vec<String>),
+        Joined(String),
+    }
+    Ok(Some(match Items::deserialize(d)? {
+        Items::List(l) => l,
+        Items::Joined(s) => s
+            .split(',')
+            .map(str::trim)
+            .filter(|i| !i.is_empty())
+            .map(String::from)
+            .collect(),
+    }))
 }
 
 /// `[kubelet]`.

@@ -248,6 +248,27 @@ mod tests {
         );
     }
 
+    /// Typhoon's modules pass worker labels and taints joined with commas (`join(",",
+    /// var.node_labels)`, `""` for none); the templates write them as one string.
+    #[test]
+    fn labels_and_taints_take_typhoons_comma_joined_strings() {
+        let host = crate::host::Host::generic();
+        let s = Settings::from_toml(
+            "[node]\nrole = \"worker\"\nlabels = \"pool=blue, example.com/tier=gold,\"\ntaints = \"\"\n",
+            &host,
+            "n1",
+        );
+        assert_eq!(s.labels, ["pool=blue", "example.com/tier=gold"]);
+        assert!(s.taints.is_empty());
+        let s = Settings::from_toml(
+            "[node]\nrole = \"worker\"\ntaints = \"a=b:NoSchedule,c:NoExecute\"\n",
+            &host,
+            "n1",
+        );
+        let taints: Vec<&str> = s.taints.iter().map(|t| t.0.as_str()).collect();
+        assert_eq!(taints, ["a=b:NoSchedule", "c:NoExecute"]);
+    }
+
     #[test]
     fn typo_names_file_key_and_nearest_known_key() {
         let e = settings(
@@ -517,7 +538,7 @@ mod tests {
         for (t, k, kind, _) in SCHEMA {
             let v = match kind {
                 Kind::Str => "\"x\"",
-                Kind::List => "[\"x\"]",
+                Kind::List | Kind::Items => "[\"x\"]",
                 Kind::Bool => "true",
                 Kind::Int => "1",
             };

@@ -12,6 +12,10 @@ pub(crate) enum Kind {
     Str,
     /// A list of strings.
     List,
+    /// A list of strings, or one string of comma-separated items (as kubelet's `--node-labels`
+    /// and `--register-with-taints` take them, and Typhoon's modules pass `node_labels` and
+    /// `node_taints` to their templates); `""` is none.
+    Items,
     /// `true` or `false`.
     Bool,
     /// An integer.
@@ -31,14 +35,14 @@ pub(crate) const SCHEMA: &[(&str, &str, Kind, &str)] = &[
     (
         "node",
         "labels",
-        Kind::List,
-        "a list of \"key=value\" labels",
+        Kind::Items,
+        "a list of \"key=value\" labels (or one string of them, comma-separated)",
     ),
     (
         "node",
         "taints",
-        Kind::List,
-        "a list of \"key=value:Effect\" taints",
+        Kind::Items,
+        "a list of \"key=value:Effect\" taints (or one string of them, comma-separated)",
     ),
     ("kubelet", "image", Kind::Str, "a container image reference"),
     ("kubelet", "runtime", Kind::Str, "\"podman\" or \"docker\""),
@@ -214,6 +218,7 @@ fn check_key(table: &str, key: &str, v: &toml::Value, file: &Path) -> Result<(),
     };
     let type_ok = match kind {
         Kind::List => v.as_array().is_some_and(|a| a.iter().all(|x| x.is_str())),
+        Kind::Items => v.is_str() || v.as_array().is_some_and(|a| a.iter().all(|x| x.is_str())),
         Kind::Str => v.is_str(),
         Kind::Bool => v.is_bool(),
         Kind::Int => v.is_integer(),

@@ -49,7 +49,8 @@ busybox httpd -f -p 127.0.0.1:8080 -h /test/dist &
 httpd=$!
 render() { # render SHA512 OUT.ign
   { cat /test/example.vars; echo "nodectl_version=$V"; echo "nodectl_url=http://127.0.0.1:8080"
-    echo "nodectl_sysext_flatcar_sha512=$1"; echo "nodectl_sysext_fcos_sha512=$1"; } >$W/vars
+    echo "nodectl_sysext_flatcar_sha512=$1"; echo "nodectl_sysext_fcos_sha512=$1"
+    echo "kubeconfig@10=$W/files/bootstrap-kubeconfig"; } >$W/vars
   /test/nodectl-butane render $W/vars /test/butane/flatcar-worker.bu $W/w.bu &&
     /test/nodectl-butane translate $W/files $W/w.bu "$2"
 }

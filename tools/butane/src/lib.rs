@@ -11,7 +11,7 @@ mod template;
 mod translate;
 
 pub use compare::compare;
-pub use template::{parse_vars, render};
+pub use template::{parse_vars, parse_vars_in, render};
 pub use translate::{ignition_version, translate};
 
 use anyhow::{bail, Context, Result};

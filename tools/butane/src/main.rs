@@ -1,6 +1,6 @@
 //! nodectl-butane: release tooling (packaging/release.sh), not shipped to nodes.
 //!
-//! nodectl-butane render VARS TEMPLATE OUT.bu      ${var} from VARS (NAME=VALUE lines)
+//! nodectl-butane render VARS TEMPLATE OUT.bu      ${var} from VARS (NAME=VALUE lines; NAME@N=FILE)
 //! nodectl-butane translate FILES_DIR IN.bu OUT.ign the Butane subset to Ignition (strict)
 //! nodectl-butane check FILE.ign...                 upstream spec types, unknown keys fail
 //! nodectl-butane compare FILES_DIR IN.bu IN.ign    field by field
@@ -23,7 +23,9 @@ fn run(args: &[String]) -> Result<()> {
     let a: Vec<&str> = args.iter().map(String::as_str).collect();
     match a.as_slice() {
         ["render", vars, template, out] => {
-            let vars = nodectl_butane::parse_vars(&read(vars)?, vars)?;
+            // (`NAME@N=PATH` files are relative to the vars file)
+            let base = Path::new(vars).parent().unwrap_or(Path::new("."));
+            let vars = nodectl_butane::parse_vars_in(&read(vars)?, vars, base)?;
             let text = nodectl_butane::render(&read(template)?, &vars, template)?;
             std::fs::write(out, text).with_context(|| format!("writing {out}"))
         }

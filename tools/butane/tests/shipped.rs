@@ -18,7 +18,8 @@ fn rendered(template: &Path) -> String {
     for os in ["flatcar", "fcos"] {
         vars.push_str(&format!("nodectl_sysext_{os}_sha512={}\n", "ab".repeat(64)));
     }
-    let vars = nodectl_butane::parse_vars(&vars, "vars").unwrap();
+    vars.push_str("kubeconfig@10=docs/examples/bootstrap-kubeconfig\n");
+    let vars = nodectl_butane::parse_vars_in(&vars, "vars", &repo()).unwrap();
     let text = std::fs::read_to_string(template).unwrap();
     nodectl_butane::render(&text, &vars, &template.display().to_string()).unwrap()
 }
