@@ -69,11 +69,13 @@ if [[ " $TIERS " == *" 2 "* || " $TIERS " == *" 3 "* ]]; then
   strip -o "$stage/rename-now" target/debug/rename-now
   strip -o "$stage/zincati-id" target/debug/zincati-id
   strip -o "$stage/fake-logind" target/debug/fake-logind
+  strip -o "$stage/cri-run" target/debug/cri-run
   strip -o "$stage/nodectl-apiserver-double" target/debug/nodectl-apiserver-double
   cp tests/lib/check.sh tests/vm/suites/*.sh tests/bench/bench.sh packaging/systemd/nodectld.service \
      packaging/dbus/org.nodectl.Agent1.conf docs/examples/worker.toml docs/examples/controller.toml \
      docs/examples/bootstrap-kubeconfig "$stage/"
   cp -a tests/kubelet-standin "$stage/"
+  mkdir -p "$stage/butane" && cp packaging/butane/*.bu "$stage/butane/"
   hdr "test image"
   tests/vm/build-image.sh || exit 1
   hdr "release artifacts (packaging/release.sh) for the VM's sysext suite"
@@ -97,7 +99,7 @@ if [[ " $TIERS " == *" 3 "* ]]; then
   start=$SECONDS
   # One boot for every VM suite (a boot costs ~20 s under TCG). A hung boot is retried by
   # run-in-vm.sh (VM-BOOT-RETRY lines); the summary counts the retries.
-  VM_TIMEOUT=2400 tests/vm/run-in-vm.sh tests/vm/suites/all.sh "$stage"/* -- node.sh secrets.sh kubelet.sh controller.sh sysext.sh crash.sh bench.sh \
+  VM_TIMEOUT=2400 tests/vm/run-in-vm.sh tests/vm/suites/all.sh "$stage"/* -- node.sh secrets.sh kubelet.sh controller.sh typhoon.sh sysext.sh crash.sh bench.sh \
     2> >(tee "$stage/vm.stderr" >&2)
   record 3 $?
   # The harness itself: a hung boot is caught within its bound and retried; a failed suite is not.

@@ -16,7 +16,7 @@ MIRROR=${MIRROR:-http://deb.debian.org/debian}
 DISK_SIZE=${DISK_SIZE:-4G}
 R=$VM_CACHE/rootfs
 # podman and friends for the kubelet tier; auditd so AVC denials land in audit.log.
-PKGS=systemd,systemd-sysv,udev,dbus,linux-image-amd64,initramfs-tools,selinux-basics,selinux-policy-default,policycoreutils,setools,auditd,podman,crun,conmon,netavark,iptables,golang-github-containers-common,iproute2,kmod,busybox-static,jq
+PKGS=systemd,systemd-sysv,udev,dbus,linux-image-amd64,initramfs-tools,selinux-basics,selinux-policy-default,policycoreutils,setools,auditd,podman,crun,conmon,netavark,iptables,golang-github-containers-common,iproute2,kmod,busybox-static,jq,containerd
 
 log() { echo "[build-image] $*" >&2; }
 step() { local s=$SECONDS; "$@"; log "$1 took $((SECONDS - s))s"; }
@@ -67,6 +67,11 @@ configure() {
   chroot "$R" systemctl mask serial-getty@ttyS0.service getty@tty1.service \
     apt-daily.timer apt-daily-upgrade.timer e2scrub_all.timer e2scrub_reap.service fstrim.timer \
     podman-restart.service podman-auto-update.timer podman-auto-update.service >/dev/null 2>&1 || true
+  # containerd runs only where a suite starts it, with the config nodectl ships (typhoon.sh T3):
+  # masked, so kubelet.service's Wants=containerd.service does not start it with Debian's
+  # defaults under the other suites (their kubelet is a podman stand-in that needs none)
+  chroot "$R" systemctl disable containerd.service >/dev/null 2>&1 || true
+  chroot "$R" systemctl mask containerd.service >/dev/null 2>&1 || true
   chroot "$R" systemctl set-default multi-user.target >/dev/null 2>&1
   [ -s "$R/etc/machine-id" ] || chroot "$R" systemd-machine-id-setup >/dev/null 2>&1
   rm -f "$R"/var/cache/apt/archives/*.deb "$R"/boot/*.dpkg-bak

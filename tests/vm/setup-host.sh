@@ -13,7 +13,7 @@ if dpkg-query -W -f='${Version}' qemu-utils 2>/dev/null | grep -q bpo; then
   qemu_from=(-t bookworm-backports)
 fi
 need=(libselinux1-dev clang libclang-dev pkg-config dbus systemd-container debootstrap e2fsprogs binutils
-      squashfs-tools erofs-utils ignition containerd
+      squashfs-tools erofs-utils ignition containerd protobuf-compiler
       policycoreutils selinux-utils setools attr busybox-static bc jq)
 installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'; }
 missing=()
