@@ -16,5 +16,6 @@ SYSEXT_FILE_CONTEXTS=$fc packaging/sysext/build.sh "$version" "$stage/dist/bin" 
 SYSEXT_FILE_CONTEXTS=$fc packaging/sysext/build.sh 0.1.1 "$stage/dist/bin" "$stage/sysext-v2"
 strip -o "$stage/nodectl-butane" target/release/nodectl-butane
 mkdir -p "$stage/butane" && cp packaging/butane/*.bu "$stage/butane/" && cp packaging/butane/example.vars "$stage/"
+cp -r packaging/butane/snippets "$stage/butane/" && cp -r tests/typhoon "$stage/"
 cp /usr/lib/dracut/modules.d/30ignition/ignition "$stage/ignition"
 tests/vm/fetch-sysupdate.sh "$stage/sysupdate"

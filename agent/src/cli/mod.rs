@@ -252,3 +252,25 @@ async fn release(group: &str, holder: &str) -> anyhow::Result<i32> {
     println!("{msg}");
     Ok(0)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Terraform's SSH provisioners wait up to an hour (Typhoon's bare-metal `ssh.tf`: timeout
+    /// 60m) while `bootstrap.service` and etcd wait on `nodectl wait`, and `import` waits for
+    /// the placement the layout script hands over: neither gives up first.
+    #[test]
+    fn waits_outlast_terraforms_ssh_by_default() {
+        for args in [
+            &["nodectl", "wait", "secrets"][..],
+            &["nodectl", "import", "assets"][..],
+        ] {
+            let timeout = match Cli::try_parse_from(args).unwrap().command {
+                Command::Wait { timeout, .. } | Command::Import { timeout, .. } => timeout,
+                c => panic!("{c:?}"),
+            };
+            assert!(timeout >= 3600, "{args:?}: {timeout} s");
+        }
+    }
+}

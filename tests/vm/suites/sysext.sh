@@ -1,11 +1,15 @@
 #!/bin/bash
 # Tier 3, inside the VM (SELinux enforcing): nodectl as it ships (packaging/release.sh).
 #   S1  Ignition: Debian's ignition binary (fetch-offline, then files, as ignition-files.service
-#       runs it) applies the Flatcar worker config rendered from packaging/butane/flatcar-worker.bu
-#       with the release's image served over HTTP on 127.0.0.1: the image is downloaded and its
+#       runs it) applies a Typhoon-shaped Flatcar worker config (tests/typhoon/flatcar-worker.bu)
+#       with nodectl's snippet (packaging/butane/snippets/flatcar-worker.bu) merged over it as
+#       Typhoon's worker_snippets are (Ignition's config merge: units by name, files by path),
+#       the release's image served over HTTP on 127.0.0.1: the image is downloaded and its
 #       sha512 verified, the extension link, sysupdate transfer file, config fragment, bootstrap
-#       kubeconfig (0600) are placed, locksmithd masked, docker enabled by preset; with a wrong
-#       hash Ignition fails and places no image
+#       kubeconfig (0600: the snippet's over Typhoon's 0644) are placed, locksmithd masked,
+#       docker enabled by preset, Typhoon's kubelet.service written but not enabled; with a
+#       wrong hash (nodectl's own worker config, packaging/butane/flatcar-worker.bu) Ignition
+#       fails and places no image
 #  S2  the Flatcar image (squashfs) merges: systemd-sysext lists it, its files are in /usr
 #  S3  the Fedora CoreOS image (erofs, SELinux labels inside) in /var/lib/extensions: merge and
 #       (permissive from here: systemd 252 labels the merged /usr's top directory wrongly,
@@ -47,12 +51,20 @@ start_apiserver_double
 cp /root/bootstrap-kubeconfig $W/files/bootstrap-kubeconfig
 busybox httpd -f -p 127.0.0.1:8080 -h /test/dist &
 httpd=$!
-render() { # render SHA512 OUT.ign
+render() { # render SHA512 OUT.ign [TEMPLATE]
   { cat /test/example.vars; echo "nodectl_version=$V"; echo "nodectl_url=http://127.0.0.1:8080"
     echo "nodectl_sysext_flatcar_sha512=$1"; echo "nodectl_sysext_fcos_sha512=$1"
     echo "kubeconfig@10=$W/files/bootstrap-kubeconfig"; } >$W/vars
-  /test/nodectl-butane render $W/vars /test/butane/flatcar-worker.bu $W/w.bu &&
+  /test/nodectl-butane render $W/vars "${3:-/test/butane/flatcar-worker.bu}" $W/w.bu &&
     /test/nodectl-butane translate $W/files $W/w.bu "$2"
+}
+# merged SHA512 OUT.ign: Typhoon's worker (the base) with nodectl's snippet merged over it, as
+# Typhoon's ct_config merges worker_snippets (Ignition's own merge of a child config)
+merged() {
+  render "$1" $W/base.ign /test/typhoon/flatcar-worker.bu &&
+    render "$1" $W/snippet.ign /test/butane/snippets/flatcar-worker.bu &&
+    jq --arg src "data:;base64,$(base64 -w0 $W/snippet.ign)" '.ignition.config.merge = [{source: $src}]' \
+      $W/base.ign >"$2"
 }
 # sysext: a refresh as at boot, by systemd-sysext.service (the system's own, systemd 252)
 sysext() { systemctl restart systemd-sysext.service; }
@@ -84,7 +96,8 @@ expect "no image placed from a wrong hash" "$(ls /opt/extensions/nodectl 2>/dev/
 # what that failed run placed before it stopped goes, as on a node that is reprovisioned
 rm -rf /opt/extensions/nodectl /etc/extensions /etc/sysupdate.nodectl.d /etc/nodectl /etc/kubernetes/kubeconfig \
   /etc/systemd/system/locksmithd.service /etc/systemd/system-preset/20-ignition.preset
-check "the worker config renders with the image's sha512" render "$(sha512sum /test/dist/flatcar/$IMG | cut -d' ' -f1)" $W/w.ign
+check "Typhoon's worker config with nodectl's snippet merged renders with the image's sha512" \
+  merged "$(sha512sum /test/dist/flatcar/$IMG | cut -d' ' -f1)" $W/w.ign
 check "Ignition (fetch-offline, files) applies it" ignite $W/w.ign
 grep -E 'writing file|hash|CRITICAL|ERROR|relabel' $W/log | head -12 | sed 's/^/  | /'
 check "the downloaded image is the release's" cmp /opt/extensions/nodectl/$IMG /test/dist/flatcar/$IMG
@@ -95,6 +108,10 @@ check "config fragment placed" grep -q '^role = "worker"$' /etc/nodectl/config.d
 check "kernel modules and sysctls placed for the first boot" sh -c "grep -qx br_netfilter /etc/modules-load.d/nodectl.conf && grep -qx fs.inotify.max_user_watches=16184 /etc/sysctl.d/50-nodectl.conf"
 expect "locksmithd masked" "$(readlink /etc/systemd/system/locksmithd.service)" /dev/null
 check "docker enabled by Ignition's preset" grep -qx 'enable docker.service' /etc/systemd/system-preset/20-ignition.preset
+check "Typhoon's kubelet.service written (the base's)" grep -q -- '--bootstrap-kubeconfig' /etc/systemd/system/kubelet.service
+check "but not enabled: the snippet's enabled: false won the merge" sh -c \
+  "grep -qx 'disable kubelet.service' /etc/systemd/system-preset/20-ignition.preset && ! grep -qx 'enable kubelet.service' /etc/systemd/system-preset/20-ignition.preset"
+expect "kubelet.path masked (bare metal's)" "$(readlink /etc/systemd/system/kubelet.path)" /dev/null
 
 echo "## S2 the Flatcar image (squashfs) merges"
 # merged as at boot, by systemd-sysext.service: a merge from this unconfined shell would give the

@@ -49,7 +49,8 @@ mkdir -p /etc/systemd/system/kubelet.service.d
 printf '[Service]\nEnvironment=KUBELET_IMAGE=%s\n' $STANDIN >/etc/systemd/system/kubelet.service.d/10-image-override.conf
 install -D -m 0600 /root/bootstrap-kubeconfig /etc/kubernetes/kubeconfig
 systemctl daemon-reload
-static=$(cat /etc/hostname)
+# EC2 before DHCP: no static hostname (Typhoon's AWS configs write none), the kernel's localhost
+mv /etc/hostname /root/hostname.static
 hostnamectl --transient set-hostname localhost
 check "T1 nodectld starts" systemctl start nodectld.service
 check "T1 node-identity waits for a hostname other than localhost" wait_until 10 sh -c \
@@ -64,10 +65,11 @@ check "T1 the stand-in registers as the kernel's hostname" wait_until 30 sh -c \
   'journalctl -u kubelet.service --no-pager -o cat | grep -q "kubelet stand-in: node ip-10-0-1-7,"'
 args=$(podman inspect kubelet --format '{{join .Args " "}}')
 check "T1 kubelet has the provider id from afterburn's metadata" grep -q -- "--provider-id=aws:///us-east-1a/i-0123" <<<"$args"
-check "T1 and --cloud-provider=external, no --hostname-override" sh -c \
+check "T1 and --cloud-provider=external, no --hostname-override" bash -c \
   'grep -q -- "--cloud-provider=external" <<<"$1" && ! grep -q -- "--hostname-override" <<<"$1"' _ "$args"
 expect "T1 the certificate names the kernel's hostname" "$(nodectl status --json | jq -r .credentials.subject)" "system:node:ip-10-0-1-7"
-hostnamectl --transient set-hostname "$static"
+mv /root/hostname.static /etc/hostname
+hostnamectl set-hostname "$(cat /etc/hostname)"
 rm -f /etc/systemd/system/afterburn.service
 clean_node
 stop_apiserver_double
@@ -81,7 +83,7 @@ printf '[Service]\nEnvironment=KUBELET_IMAGE=%s\n' $STANDIN >/etc/systemd/system
 systemctl daemon-reload
 check "T2 nodectld starts (the controller waits for its bundle)" systemctl start nodectld.service
 # the layout script exactly as the shipped controller config writes it
-awk '/path: \/opt\/bootstrap\/layout/ {f=1} f && /inline: \|/ {i=1; next} i && /^    - path:/ {exit} i {sub(/^          /, ""); print}' \
+awk '/path: \/opt\/bootstrap\/layout/ {f=1} f && /inline: \|/ {i=1; next} i && !/^          / && !/^$/ {exit} i {sub(/^          /, ""); print}' \
   /test/butane/fcos-controller.bu >/tmp/layout
 mkdir -p /opt/bootstrap && install -m 0544 /tmp/layout /opt/bootstrap/layout
 echo "  | /opt/bootstrap/layout: $(tr '\n' ';' </tmp/layout)"
@@ -129,7 +131,7 @@ clean_node
 
 echo "## T3: containerd from Debian, with the shipped FCOS config, runs a pod through its CRI"
 # /etc/containerd/config.toml exactly as the shipped FCOS worker config writes it
-awk '/path: \/etc\/containerd\/config.toml/ {f=1} f && /inline: \|/ {i=1; next} i && /^    - path:/ {exit} i {sub(/^          /, ""); print}' \
+awk '/path: \/etc\/containerd\/config.toml/ {f=1} f && /inline: \|/ {i=1; next} i && !/^          / && !/^$/ {exit} i {sub(/^          /, ""); print}' \
   /test/butane/fcos-worker.bu >/tmp/containerd.toml
 install -D -m 0644 /tmp/containerd.toml /etc/containerd/config.toml
 restorecon -R /etc/containerd >/dev/null 2>&1
@@ -145,14 +147,21 @@ pause=$(containerd config dump | awk -F'"' '/sandbox_image/ {print $2; exit}')
 rm -rf /tmp/pause && mkdir -p /tmp/pause/bin && cp /bin/busybox /tmp/pause/bin/busybox && ln -s busybox /tmp/pause/bin/sleep
 tar -C /tmp/pause -cf /tmp/pause.tar . && podman import -q --change 'ENTRYPOINT ["/bin/sleep","2147483647"]' /tmp/pause.tar "$pause" >/dev/null
 for i in "$pause" localhost/pod:1; do
-  podman save --format docker-archive -o /tmp/img.tar "$i" >/dev/null 2>&1 && ctr -n k8s.io images import /tmp/img.tar >/dev/null
+  rm -f /tmp/img.tar
+  podman save --format oci-archive -o /tmp/img.tar "$i" 2>&1 | sed 's/^/  | podman save: /'
+  ctr -n k8s.io images import --base-name "${i%:*}" /tmp/img.tar 2>&1 | sed 's/^/  | ctr import: /'
+  if ! ctr -n k8s.io images ls -q | grep -qx "$i"; then # (a ref.name that is the whole name)
+    ctr -n k8s.io images import /tmp/img.tar 2>&1 | sed 's/^/  | ctr import: /'
+    ctr -n k8s.io images ls -q | grep -qx "$i" || ctr -n k8s.io images tag "$(ctr -n k8s.io images ls -q | grep -F "${i##*/}" | head -1)" "$i" >/dev/null
+  fi
 done
 echo "  | images: $(ctr -n k8s.io images ls -q | tr '\n' ' ')"
 out=$(/test/cri-run $SOCK run t3 localhost/pod:1 kubepods-besteffort.slice 65534 /bin/sleep 600 2>&1)
 echo "$out" | sed 's/^/  | cri-run: /'
 sandbox=$(awk '/^sandbox/ {print $2}' <<<"$out"); cid=$(awk '/^container/ {print $2}' <<<"$out"); pid=$(awk '/^pid/ {print $2}' <<<"$out")
 check "T3 the pod runs (RunPodSandbox, CreateContainer, StartContainer)" test -n "$pid" -a -d "/proc/$pid"
-check "T3 through the runc v2 shim (runtime_type io.containerd.runc.v2)" pgrep -f containerd-shim-runc-v2
+check "T3 through the runc v2 shim (runtime_type io.containerd.runc.v2)" \
+  sh -c 'grep -l containerd-shim-runc-v2 /proc/[0-9]*/cmdline 2>/dev/null | grep -q .'
 cg=$(cat "/proc/$pid/cgroup" 2>/dev/null)
 echo "  | cgroup: $cg"
 check "T3 in a systemd scope of the pod's slice (SystemdCgroup = true)" \

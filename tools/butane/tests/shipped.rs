@@ -156,6 +156,84 @@ fn the_files_systemd_applies_at_boot_ship_as_nodectld_writes_them() {
     );
 }
 
+/// The snippets for Typhoon's own configs (packaging/butane/snippets/): each renders with the
+/// same variables, translates, checks (and, for Flatcar's spec 3.3.0, passes Ignition's own
+/// validator), keeps Typhoon's kubelet.service from starting on its own and masks kubelet.path,
+/// and carries what nodectld needs that Typhoon's config lacks; a controller's also the layout
+/// script that hands the bundle to nodectld.
+#[test]
+fn every_snippet_translates_and_leaves_kubelet_to_nodectld() {
+    let dir = repo().join("packaging/butane/snippets");
+    let mut names: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    names.sort();
+    assert_eq!(names.len(), 4, "{names:?}");
+    for t in names {
+        let name = t.file_name().unwrap().to_string_lossy().into_owned();
+        let bu = rendered(&t);
+        let ign = serde_json::to_string_pretty(
+            &nodectl_butane::translate(&bu, &repo().join("docs/examples"), &name).unwrap(),
+        )
+        .unwrap();
+        let version = nodectl_butane::check(&ign, &name).unwrap();
+        nodectl_butane::compare(&bu, &ign, &repo().join("docs/examples")).unwrap();
+        if version == "3.3.0" {
+            let (ok, said) = ignition_validate(&ign);
+            assert!(ok, "{name}: ignition-validate: {said}");
+        }
+        let doc: serde_yaml::Value = serde_yaml::from_str(&bu).unwrap();
+        let units = doc["systemd"]["units"].as_sequence().unwrap();
+        let unit = |n: &str| units.iter().find(|u| u["name"] == n).unwrap().clone();
+        assert_eq!(
+            unit("kubelet.service")["enabled"].as_bool(),
+            Some(false),
+            "{name}"
+        );
+        assert_eq!(unit("kubelet.path")["mask"].as_bool(), Some(true), "{name}");
+        assert!(
+            doc.get("passwd").is_none(),
+            "{name}: Typhoon's config has the users"
+        );
+        let node = inline_file(&bu, "/etc/nodectl/config.d/10-node.toml").unwrap();
+        assert!(
+            node.contains("cluster_dns = \"10.3.0.10\""),
+            "{name}: {node}"
+        );
+        let layout = inline_file(&bu, "/opt/bootstrap/layout");
+        assert_eq!(
+            layout.is_some(),
+            name.contains("controller"),
+            "{name}: the layout script"
+        );
+        assert_eq!(
+            inline_file(&bu, "/etc/zincati/config.d/55-nodectl-fleetlock.toml").is_some(),
+            name.starts_with("fcos"),
+            "{name}: Zincati's fragment"
+        );
+    }
+}
+
+/// The Typhoon-shaped base the VM merges a snippet over (tests/typhoon/, sysext.sh S1)
+/// renders, translates and passes Ignition's validator, so the VM tier fails on the merge, not
+/// on its fixture.
+#[test]
+fn the_typhoon_shaped_base_for_the_merge_test_is_valid_ignition() {
+    let t = repo().join("tests/typhoon/flatcar-worker.bu");
+    let bu = rendered(&t);
+    let ign = serde_json::to_string_pretty(
+        &nodectl_butane::translate(&bu, &repo().join("docs/examples"), "base").unwrap(),
+    )
+    .unwrap();
+    assert_eq!(nodectl_butane::check(&ign, "base").unwrap(), "3.3.0");
+    let (ok, said) = ignition_validate(&ign);
+    assert!(ok, "ignition-validate: {said}");
+    assert!(unit(&bu, "kubelet.service")
+        .unwrap()
+        .contains("--bootstrap-kubeconfig"));
+}
+
 /// A unit's contents in a rendered Butane config.
 fn unit(bu: &str, name: &str) -> Option<String> {
     let doc: serde_yaml::Value = serde_yaml::from_str(bu).unwrap();

@@ -127,13 +127,8 @@ async fn run(c: &mut Client, a: &[String]) -> Result<(), Box<dyn std::error::Err
         .await?
         .into_inner();
     // containerd's verbose info: {"pid": N, ...} under "info"
-    let info: serde_json::Value = serde_json::from_str(
-        status
-            .info
-            .get("info")
-            .map(String::as_str)
-            .unwrap_or("{}"),
-    )?;
+    let info: serde_json::Value =
+        serde_json::from_str(status.info.get("info").map(String::as_str).unwrap_or("{}"))?;
     println!("pid {}", info["pid"]);
     Ok(())
 }
@@ -154,7 +149,9 @@ async fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let r = async {
         let [socket, verb, rest @ ..] = args.as_slice() else {
-            return Err("usage: cri-run SOCKET run NAME IMAGE SLICE UID CMD... | remove SANDBOX".into());
+            return Err(
+                "usage: cri-run SOCKET run NAME IMAGE SLICE UID CMD... | remove SANDBOX".into(),
+            );
         };
         let mut c = connect(socket).await?;
         match (verb.as_str(), rest) {
