@@ -19,12 +19,6 @@
 export NO_COLOR=1
 STANDIN=localhost/kubelet-standin:test
 INBOX=/var/lib/nodectl/inbox
-CERT=$'-----BEGIN CERTIFICATE-----\nMIIBtestcert\n-----END CERTIFICATE-----'
-KEY=$'-----BEGIN EC PRIVATE KEY-----\nMHcCAQEEtestkeybytes\n-----END EC PRIVATE KEY-----'
-CONF=$'apiVersion: v1\nkind: Config\nusers:\n- name: u\n  user:\n    client-certificate-data: Y2VydA==\n    client-key-data: a2V5\n'
-
-# record PATH FILE: one "##### PATH" record of a Typhoon assets bundle, from FILE.
-record() { printf '##### %s\n' "$1"; cat "$2"; printf '\n'; }
 # pod_name NAME: the stand-in's container for static pod NAME (container NAME).
 pod_name() { podman ps --filter "name=^k8s_$1_$1_" --format '{{.Names}}' | head -1; }
 # pod_says NAME PATTERN: the pod's latest report matches PATTERN (within 30 s).
@@ -50,18 +44,8 @@ mkdir -p /etc/systemd/system/kubelet.service.d
 printf '[Service]\nEnvironment=KUBELET_IMAGE=%s\n' $STANDIN >/etc/systemd/system/kubelet.service.d/10-image-override.conf
 systemctl daemon-reload
 check "nodectld starts" systemctl start nodectld.service
-for f in ca.crt apiserver.crt service-account.pub; do printf '%s\n' "$CERT" >/tmp/$f; done
-for f in ca.key apiserver.key service-account.key; do printf '%s\n' "$KEY" >/tmp/$f; done
-printf '%s\n' "$CONF" >/tmp/cp.conf
 {
-  for f in ca.crt ca.key apiserver.crt apiserver.key service-account.pub service-account.key; do record tls/k8s/$f /tmp/$f; done
-  record tls/etcd/etcd-client-ca.crt /tmp/ca.crt
-  record tls/etcd/etcd-client.crt /tmp/apiserver.crt
-  record tls/etcd/etcd-client.key /tmp/apiserver.key
-  for f in server.crt server.key peer.crt peer.key; do record tls/etcd/$f /tmp/ca.key; done
-  record auth/controller-manager.conf /tmp/cp.conf
-  record auth/scheduler.conf /tmp/cp.conf
-  for m in $CP; do record static-manifests/$m.yaml /test/kubelet-standin/fixtures/$m.yaml; done
+  typhoon_records
   record kubelet/kubeconfig /root/controller-bootstrap-kubeconfig
 } >/tmp/controller-bundle
 mkdir -p $INBOX && cp /tmp/controller-bundle $INBOX/.incoming && mv $INBOX/.incoming $INBOX/assets

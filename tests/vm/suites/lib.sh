@@ -71,3 +71,27 @@ stop_apiserver_double() {
   for _ in $(seq 50); do [ -d "/proc/$pid" ] || break; sleep 0.1; done
   rm -f /run/apiserver-double.pid
 }
+
+# typhoon_records: the records every controller bundle in terraform-render-bootstrap's shape
+# holds (test keys and certificates, the control plane's kubeconfigs, the static manifests of
+# tests/kubelet-standin/fixtures), as "##### PATH" records on stdout; callers add their own.
+record() { printf '##### %s\n' "$1"; cat "$2"; printf '\n'; }
+typhoon_records() {
+  local cert key conf f m
+  cert=$'-----BEGIN CERTIFICATE-----\nMIIBtestcert\n-----END CERTIFICATE-----'
+  key=$'-----BEGIN EC PRIVATE KEY-----\nMHcCAQEEtestkeybytes\n-----END EC PRIVATE KEY-----'
+  conf=$'apiVersion: v1\nkind: Config\nusers:\n- name: u\n  user:\n    client-certificate-data: Y2VydA==\n    client-key-data: a2V5\n'
+  for f in ca.crt apiserver.crt service-account.pub; do printf '%s\n' "$cert" >/tmp/$f; done
+  for f in ca.key apiserver.key service-account.key; do printf '%s\n' "$key" >/tmp/$f; done
+  printf '%s\n' "$conf" >/tmp/cp.conf
+  for f in ca.crt ca.key apiserver.crt apiserver.key service-account.pub service-account.key; do record tls/k8s/$f /tmp/$f; done
+  record tls/etcd/etcd-client-ca.crt /tmp/ca.crt
+  record tls/etcd/etcd-client.crt /tmp/apiserver.crt
+  record tls/etcd/etcd-client.key /tmp/apiserver.key
+  for f in server.crt server.key peer.crt peer.key; do record tls/etcd/$f /tmp/ca.key; done
+  record auth/controller-manager.conf /tmp/cp.conf
+  record auth/scheduler.conf /tmp/cp.conf
+  for m in kube-apiserver kube-controller-manager kube-scheduler; do
+    record static-manifests/$m.yaml /test/kubelet-standin/fixtures/$m.yaml
+  done
+}

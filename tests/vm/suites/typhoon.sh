@@ -53,12 +53,15 @@ systemctl daemon-reload
 mv /etc/hostname /root/hostname.static
 hostnamectl --transient set-hostname localhost
 check "T1 nodectld starts" systemctl start nodectld.service
+identity() { nodectl status --json | jq -r '.steps[] | select(.id == "node-identity") | "\(.state): \(.waiting_for // .detail)"'; }
+echo "  | kernel hostname $(hostname); node-identity $(identity)"
 check "T1 node-identity waits for a hostname other than localhost" wait_until 10 sh -c \
-  '[ "$(step_field node-identity state)" = waiting ] && step_field node-identity waiting_for | grep -q "hostname other than"'
+  'nodectl status --json | jq -e ".steps[] | select(.id == \"node-identity\") | .state == \"waiting\" and (.waiting_for | test(\"hostname other than\"))"'
 expect "T1 afterburn not started while the name is unknown" "$(systemctl is-active afterburn.service)" inactive
 hostnamectl --transient set-hostname ip-10-0-1-7
 check "T1 the transient hostname ends the wait (nodectld sees the kernel's name)" wait_until 15 sh -c \
-  'step_field node-identity detail | grep -q "node name ip-10-0-1-7"'
+  'nodectl status --json | jq -e ".steps[] | select(.id == \"node-identity\") | .detail // \"\" | test(\"node name ip-10-0-1-7\")"'
+echo "  | kernel hostname $(hostname); node-identity $(identity)"
 check "T1 nodectld started afterburn.service" wait_until 15 sh -c '[ "$(systemctl is-active afterburn.service)" = active ]'
 check "T1 kubelet.service becomes active" wait_until 60 sh -c '[ "$(systemctl is-active kubelet.service)" = active ]'
 check "T1 the stand-in registers as the kernel's hostname" wait_until 30 sh -c \
@@ -90,27 +93,8 @@ echo "  | /opt/bootstrap/layout: $(tr '\n' ';' </tmp/layout)"
 check "T2 the shipped layout is nodectl's" grep -qx 'exec /usr/bin/nodectl import assets' /opt/bootstrap/layout
 ln -sf /usr/local/bin/nodectl /usr/bin/nodectl
 id core >/dev/null 2>&1 || useradd -m core
-# A bundle in terraform-render-bootstrap's shape (controller.sh's records), as ssh.tf writes it.
-CERT=$'-----BEGIN CERTIFICATE-----\nMIIBtestcert\n-----END CERTIFICATE-----'
-KEY=$'-----BEGIN EC PRIVATE KEY-----\nMHcCAQEEtestkeybytes\n-----END EC PRIVATE KEY-----'
-CONF=$'apiVersion: v1\nkind: Config\nusers:\n- name: u\n  user:\n    client-certificate-data: Y2VydA==\n    client-key-data: a2V5\n'
-record() { printf '##### %s\n' "$1"; cat "$2"; printf '\n'; }
-for f in ca.crt apiserver.crt service-account.pub; do printf '%s\n' "$CERT" >/tmp/$f; done
-for f in ca.key apiserver.key service-account.key; do printf '%s\n' "$KEY" >/tmp/$f; done
-printf '%s\n' "$CONF" >/tmp/cp.conf
-{
-  for f in ca.crt ca.key apiserver.crt apiserver.key service-account.pub service-account.key; do record tls/k8s/$f /tmp/$f; done
-  record tls/etcd/etcd-client-ca.crt /tmp/ca.crt
-  record tls/etcd/etcd-client.crt /tmp/apiserver.crt
-  record tls/etcd/etcd-client.key /tmp/apiserver.key
-  for f in server.crt server.key peer.crt peer.key; do record tls/etcd/$f /tmp/ca.key; done
-  record auth/admin.conf /tmp/cp.conf
-  record auth/controller-manager.conf /tmp/cp.conf
-  record auth/scheduler.conf /tmp/cp.conf
-  for m in kube-apiserver kube-controller-manager kube-scheduler; do
-    record static-manifests/$m.yaml /test/kubelet-standin/fixtures/$m.yaml
-  done
-} >/home/core/assets
+# A bundle in terraform-render-bootstrap's shape, as ssh.tf writes it.
+{ typhoon_records; record auth/admin.conf /tmp/cp.conf; } >/home/core/assets
 chown core: /home/core/assets
 records=$(grep -c '^##### ' /home/core/assets)
 start=$(date +%s%N)
@@ -138,6 +122,9 @@ restorecon -R /etc/containerd >/dev/null 2>&1
 echo "  | containerd $(containerd --version | awk '{print $3}'), config: $(grep -c . /etc/containerd/config.toml) lines"
 expect "T3 containerd's effective runc runtime_type" \
   "$(containerd config dump | awk '/runtimes.runc\]/ {f=1} f && /runtime_type/ {print $3; exit}')" '"io.containerd.runc.v2"'
+# containerd's state as container-selinux labels it (the test policy's container-shim.cil has
+# its file contexts); nodectld made /var/lib/containerd for kubelet's mount before
+restorecon -R /var/lib/containerd >/dev/null 2>&1
 systemctl unmask containerd.service >/dev/null 2>&1
 check "T3 containerd starts with it" systemctl start containerd.service
 SOCK=/run/containerd/containerd.sock

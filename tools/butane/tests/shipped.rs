@@ -105,13 +105,25 @@ fn every_shipped_template_translates_checks_and_agrees_with_its_ignition() {
     }
 }
 
-/// The inline contents of the file at `path` in a rendered Butane config, if it has one.
-fn inline_file(bu: &str, path: &str) -> Option<String> {
+/// The entry of the list `doc[section][list]` of a rendered Butane config whose `key` is
+/// `value` (a file by its path, a unit by its name).
+fn entry(
+    bu: &str,
+    (section, list): (&str, &str),
+    key: &str,
+    value: &str,
+) -> Option<serde_yaml::Value> {
     let doc: serde_yaml::Value = serde_yaml::from_str(bu).unwrap();
-    doc["storage"]["files"]
+    doc[section][list]
         .as_sequence()?
         .iter()
-        .find(|f| f["path"].as_str() == Some(path))
+        .find(|e| e[key].as_str() == Some(value))
+        .cloned()
+}
+
+/// The inline contents of the file at `path` in a rendered Butane config, if it has one.
+fn inline_file(bu: &str, path: &str) -> Option<String> {
+    entry(bu, ("storage", "files"), "path", path)
         .map(|f| f["contents"]["inline"].as_str().unwrap().to_string())
 }
 
@@ -236,11 +248,7 @@ fn the_typhoon_shaped_base_for_the_merge_test_is_valid_ignition() {
 
 /// A unit's contents in a rendered Butane config.
 fn unit(bu: &str, name: &str) -> Option<String> {
-    let doc: serde_yaml::Value = serde_yaml::from_str(bu).unwrap();
-    doc["systemd"]["units"]
-        .as_sequence()?
-        .iter()
-        .find(|u| u["name"].as_str() == Some(name))
+    entry(bu, ("systemd", "units"), "name", name)
         .and_then(|u| u["contents"].as_str().map(String::from))
 }
 
