@@ -99,7 +99,7 @@ if [[ " $TIERS " == *" 3 "* ]]; then
   start=$SECONDS
   # One boot for every VM suite (a boot costs ~20 s under TCG). A hung boot is retried by
   # run-in-vm.sh (VM-BOOT-RETRY lines); the summary counts the retries.
-  VM_TIMEOUT=2400 tests/vm/run-in-vm.sh tests/vm/suites/all.sh "$stage"/* -- node.sh secrets.sh kubelet.sh controller.sh typhoon.sh sysext.sh crash.sh bench.sh \
+  VM_TIMEOUT=2700 tests/vm/run-in-vm.sh tests/vm/suites/all.sh "$stage"/* -- node.sh secrets.sh kubelet.sh controller.sh typhoon.sh sysext.sh crash.sh bench.sh \
     2> >(tee "$stage/vm.stderr" >&2)
   record 3 $?
   # The harness itself: a hung boot is caught within its bound and retried; a failed suite is not.
