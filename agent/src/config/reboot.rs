@@ -202,3 +202,31 @@ impl RebootPolicy {
         Ok((strategy, policy))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::config::{RebootStrategy, Settings};
+    use crate::host::{Host, Os};
+
+    /// A node from the shipped configs (no `[reboot]` section) coordinates its OS's updater:
+    /// Zincati over FleetLock on Fedora CoreOS, update_engine on Flatcar, in its role's group;
+    /// an operator's strategy still wins.
+    #[test]
+    fn reboots_are_coordinated_by_default_where_the_os_updates_itself() {
+        let s = |os, toml: &str| Settings::from_toml(toml, &Host::with_os(os), "n1");
+        let worker = "[node]\nrole = \"worker\"\n";
+        let controller = "[node]\nrole = \"controller\"\n";
+        let fcos = s(Os::FedoraCoreos, controller);
+        assert_eq!(fcos.reboot, RebootStrategy::FleetLock);
+        assert_eq!(fcos.reboot_policy.group, "controllers");
+        let flatcar = s(Os::Flatcar, worker);
+        assert_eq!(flatcar.reboot, RebootStrategy::UpdateEngine);
+        assert_eq!(flatcar.reboot_policy.group, "workers");
+        assert_eq!(s(Os::Generic, worker).reboot, RebootStrategy::Off);
+        let off = s(
+            Os::FedoraCoreos,
+            "[node]\nrole = \"worker\"\n[reboot]\nstrategy = \"off\"\n",
+        );
+        assert_eq!(off.reboot, RebootStrategy::Off);
+    }
+}
