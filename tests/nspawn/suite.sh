@@ -161,16 +161,17 @@ id=$(/test/zincati-id)
 check "status (every local user may read it) does not show the FleetLock id" \
   sh -c "! nodectl status --json | grep -q '$id' && ! nodectl status | grep -q '$id'"
 # A FleetLock client from the protocol text, in bash: POST, the header, the JSON body; run as
-# the user zincati, as Zincati runs (AS=<user> to run it as someone else, GROUP=<group>).
+# the user zincati, as Zincati runs (AS=<user> to run it as someone else, GROUP=<group>; the
+# worker group by default, as the shipped worker config sets Zincati's [identity] group).
 cat >/tmp/fleetlock-client <<'CLIENT'
-body="{\"client_params\":{\"id\":\"$2\",\"group\":\"${GROUP:-default}\"}}"
+body="{\"client_params\":{\"id\":\"$2\",\"group\":\"${GROUP:-workers}\"}}"
 exec 3<>/dev/tcp/127.0.0.1/"${3:-9455}" || exit 1
 printf 'POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nfleet-lock-protocol: true\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s' "$1" "${#body}" "$body" >&3
 cat <&3
 CLIENT
 fleetlock() { # PATH ID [PORT] -> the HTTP response
   local u=${AS:-zincati}
-  setpriv --reuid="$u" --regid="$(id -g "$u")" --init-groups env GROUP="${GROUP:-default}" bash /tmp/fleetlock-client "$@"
+  setpriv --reuid="$u" --regid="$(id -g "$u")" --init-groups env GROUP="${GROUP:-workers}" bash /tmp/fleetlock-client "$@"
 }
 out=$(AS=nobody fleetlock /v1/pre-reboot "$id")
 check "a request from another uid (nobody) gets 403" grep -q '^HTTP/1.1 403' <<<"$out"

@@ -127,9 +127,9 @@ pub enum RebootLockAction {
     Release {
         /// The holder: its FleetLock client id or its node name.
         holder: String,
-        /// The reboot group the slot is in.
-        #[arg(long, default_value = "default")]
-        group: String,
+        /// The reboot group the slot is in (default: this node's, `reboot.group`).
+        #[arg(long)]
+        group: Option<String>,
     },
 }
 
@@ -174,7 +174,17 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Converge => converge().await,
         Command::RebootLock {
             action: RebootLockAction::Release { holder, group },
-        } => release(&group, &holder).await,
+        } => {
+            let group = match group {
+                Some(g) => g,
+                None => {
+                    load::settings(&root, &load::host(&root)?)?
+                        .reboot_policy
+                        .group
+                }
+            };
+            release(&group, &holder).await
+        }
         Command::Audit { json, fix } => audit::run(&root, json, fix),
         Command::Status { json } => status_cmd::run(&root, json).await,
         Command::Wait { steps, timeout } => wait::run(&root, &steps, timeout).await,
