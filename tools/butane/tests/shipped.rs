@@ -195,7 +195,21 @@ fn every_snippet_translates_and_leaves_kubelet_to_nodectld() {
             let (ok, said) = ignition_validate(&ign);
             assert!(ok, "{name}: ignition-validate: {said}");
         }
+        // A snippet's files and units are its full config's, entry for entry (the snippets
+        // were cut from them): a change to one that misses the other fails here.
+        let full = rendered(&repo().join("packaging/butane").join(&name));
         let doc: serde_yaml::Value = serde_yaml::from_str(&bu).unwrap();
+        for (list, key) in [
+            (("storage", "files"), "path"),
+            (("systemd", "units"), "name"),
+        ] {
+            for e in doc[list.0][list.1].as_sequence().unwrap() {
+                let k = e[key].as_str().unwrap();
+                if let Some(twin) = entry(&full, list, key, k) {
+                    assert_eq!(e, &twin, "{name}: {k} differs from ../{name}'s");
+                }
+            }
+        }
         let units = doc["systemd"]["units"].as_sequence().unwrap();
         let unit = |n: &str| units.iter().find(|u| u["name"] == n).unwrap().clone();
         assert_eq!(
