@@ -7,6 +7,8 @@ use std::fmt::Write as _;
 use k8s_openapi::api::core::v1::Node;
 use serde::Serialize;
 
+use crate::util::printable::printable;
+
 use super::condition::{
     ANNOTATION_AUDIT, ANNOTATION_CERT_EXPIRY, ANNOTATION_REBOOT, ANNOTATION_VERSION, CONDITION_TYPE,
 };
@@ -51,6 +53,8 @@ pub fn rows(nodes: &[Node]) -> Vec<Row> {
     rows
 }
 
+/// Every text a node wrote (its condition, its annotations) is made [`printable`]: a
+/// compromised node must not drive the operator's terminal.
 fn row(n: &Node) -> Row {
     let meta = &n.metadata;
     let label = |k: &str| meta.labels.as_ref().and_then(|l| l.get(k)).cloned();
@@ -58,9 +62,10 @@ fn row(n: &Node) -> Row {
         meta.annotations
             .as_ref()
             .and_then(|a| a.get(k))
-            .cloned()
+            .map(|v| printable(v))
             .unwrap_or_default()
     };
+    let text = |s: Option<&String>| s.map(|s| printable(s)).unwrap_or_default();
     let controller = label("node.kubernetes.io/controller").as_deref() == Some("true")
         || label("node-role.kubernetes.io/control-plane").is_some();
     let cond = n
@@ -69,11 +74,11 @@ fn row(n: &Node) -> Row {
         .and_then(|s| s.conditions.as_ref())
         .and_then(|c| c.iter().find(|c| c.type_ == CONDITION_TYPE));
     Row {
-        name: meta.name.clone().unwrap_or_default(),
+        name: text(meta.name.as_ref()),
         role: if controller { "controller" } else { "worker" }.into(),
-        nodectl: cond.map_or("none".into(), |c| c.status.clone()),
-        reason: cond.and_then(|c| c.reason.clone()).unwrap_or_default(),
-        message: cond.and_then(|c| c.message.clone()).unwrap_or_default(),
+        nodectl: cond.map_or("none".into(), |c| printable(&c.status)),
+        reason: text(cond.and_then(|c| c.reason.as_ref())),
+        message: text(cond.and_then(|c| c.message.as_ref())),
         since: cond
             .and_then(|c| c.last_transition_time.as_ref())
             .map(|t| t.0.to_string())
@@ -186,5 +191,24 @@ mod tests {
             "{text}"
         );
         assert!(text.ends_with("c-failed: m\n"), "{text}");
+    }
+
+    /// Issue 37, 9: what a node writes on its Node (message, reason, annotations) reaches the
+    /// operator's terminal with its escapes shown, not obeyed.
+    #[test]
+    fn a_nodes_own_text_cannot_drive_the_terminal() {
+        let mut n = node("evil", Some("False"), "X\x1b[8m", "\x1b]0;title\x07idle");
+        n.status.as_mut().unwrap().conditions.as_mut().unwrap()[1].message =
+            Some("\x1b[2J\x1b[Hall nodes healthy\r".into());
+        let text = render(&rows(&[n]));
+        assert!(
+            !text.contains('\x1b') && !text.contains('\r') && !text.contains('\x07'),
+            "{text:?}"
+        );
+        assert!(
+            text.contains("evil: \\u{1b}[2J\\u{1b}[Hall nodes healthy\\u{d}"),
+            "{text}"
+        );
+        assert!(text.contains("False (X\\u{1b}[8m)"), "{text}");
     }
 }

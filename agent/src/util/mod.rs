@@ -6,6 +6,7 @@ pub mod bounded;
 /// A crash point (the crash campaign; `nodectl/failpoints` turns on `nodectl-units/failpoints`).
 pub(crate) use nodectl_units::crash_point;
 pub mod names;
+pub mod printable;
 pub mod settled;
 pub mod time;
 pub mod window;
