@@ -18,7 +18,7 @@ mod walk;
 
 use std::ffi::{CStr, CString};
 use std::io;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
@@ -158,6 +158,23 @@ fn private_cwd() -> bool {
 
 /// Checks (and unless `dry_run`, fixes) the labels of the grouped entries; returns the report and,
 /// when `collect`, the paths that differ.
+/// A file with more than one link is not relabeled: its label is the inode's, so a hard link
+/// made in the tree to a host file (`/etc/shadow`, on the same filesystem) would carry the
+/// shared label to the host file too. Asked only of an entry whose label is to change (one
+/// `fstatat` on the held directory, never a path); the error names it.
+fn hardlinked(dir: &OwnedFd, name: &CStr, full: &dyn Fn() -> PathBuf) -> Option<PathError> {
+    use nix::fcntl::AtFlags;
+    let st =
+        nix::sys::stat::fstatat(Some(dir.as_raw_fd()), name, AtFlags::AT_SYMLINK_NOFOLLOW).ok()?;
+    (st.st_mode & libc::S_IFMT != libc::S_IFDIR && st.st_nlink > 1).then(|| PathError {
+        path: full(),
+        error: format!(
+            "not relabeled: it has {} hard links (a link elsewhere would get the label too)",
+            st.st_nlink
+        ),
+    })
+}
+
 fn check_entries(
     groups: &[Group],
     target: &[u8],
@@ -223,6 +240,10 @@ fn check_entries(
                                     &abs
                                 };
                                 if !dry_run && streak >= BLIND_AFTER {
+                                    if let Some(e) = hardlinked(&g.fd, name, &full) {
+                                        r.errors.push(e);
+                                        continue;
+                                    }
                                     match set_raw(p, target) {
                                         Ok(()) => {
                                             r.changed += 1;
@@ -244,6 +265,10 @@ fn check_entries(
                                 match get_raw(p, &mut buf) {
                                     Ok(have) if have == want => streak = 0,
                                     Ok(_) => {
+                                        if let Some(e) = hardlinked(&g.fd, name, &full) {
+                                            r.errors.push(e);
+                                            continue;
+                                        }
                                         streak += 1;
                                         if !dry_run {
                                             if let Err(e) = set_raw(p, target) {
@@ -433,6 +458,29 @@ mod tests {
         assert_eq!((r.changed, r.errors.len()), (2 * n as u64, 0), "{r:?}");
         for i in 0..2 * n {
             assert_eq!(label(&tree.join(format!("f{i}"))), SHARED, "f{i}");
+        }
+    }
+
+    /// Issue 37, 11: a hard link in the tree to a host file is skipped and reported, whether
+    /// the label is read first or written blind; the host file keeps its label.
+    #[test]
+    fn a_hard_link_to_a_host_file_is_reported_not_relabeled() {
+        for blind in [false, true] {
+            let (_d, tree, outside) = setup();
+            if blind {
+                for i in 0..2 * BLIND_AFTER {
+                    let f = tree.join(format!("sub/f{i:03}"));
+                    std::fs::write(&f, "x").unwrap();
+                    set_stored_label(&f, HOST).unwrap();
+                }
+            }
+            std::fs::hard_link(outside.join("shadow"), tree.join("sub/zz-shadow")).unwrap();
+            let r = relabel_tree(&labeler(), &tree, &Context::shared_container_file(), false);
+            assert_eq!(outside_labels(&outside), [HOST, HOST, HOST], "{r:?}");
+            assert_eq!(r.errors.len(), 1, "{r:?}");
+            assert_eq!(r.errors[0].path, tree.join("sub/zz-shadow"));
+            assert!(r.errors[0].error.contains("2 hard links"), "{r:?}");
+            assert_eq!(label(&tree.join("sub/a")), SHARED);
         }
     }
 
