@@ -59,6 +59,7 @@ fn run_standin(args: &[String]) -> (bool, String) {
     let mut child = Command::new("sh")
         .arg(repo().join("tests/kubelet-standin/kubelet"))
         .args(args)
+        .env("STANDIN_NO_LISTEN", "1")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -100,6 +101,11 @@ fn a_controller_kubelet_runs_standalone_before_the_node_has_its_certificate() {
         "the stand-in refused today's controller rendering:\n{out}"
     );
     assert!(out.contains("kubeconfig (none: standalone)"), "{out}");
+    // Issue 37, 2: standalone, kubelet authorizes AlwaysAllow: it must serve no API at all.
+    assert!(
+        out.contains("no kubelet API (enableServer: false)") && !out.contains(":10250"),
+        "{out}"
+    );
 }
 
 #[test]
@@ -145,6 +151,10 @@ fn the_standin_refuses_what_kubelet_refuses_and_takes_the_node_name_given() {
     assert!(
         out.contains("node worker-1,"),
         "--hostname-override is the node's name: {out}"
+    );
+    assert!(
+        out.contains("serving the kubelet API on :10250"),
+        "with credentials (webhook authorization) kubelet serves its API: {out}"
     );
     let (ran, out) = run_standin(&[args.clone(), vec!["--no-such-flag".into()]].concat());
     assert!(

@@ -524,7 +524,7 @@ cgroupDriver: systemd
 clusterDNS:
   - {dns}
 clusterDomain: {domain}
-healthzPort: 0
+{server}healthzPort: 0
 rotateCertificates: {rotate}
 seccompDefault: {seccomp}
 serializeImagePulls: false
@@ -552,8 +552,17 @@ volumePluginDir: /var/lib/kubelet/volumeplugins
             },
             standalone = if self.standalone {
                 "# Standalone (a controller before its certificate): no API client, so no webhook\n\
-                 # authentication or authorization; only clients with a certificate of the cluster\n\
-                 # CA reach the kubelet API. Replaced by kubelet.yaml once the node has credentials.\n"
+                 # authentication or authorization, and so no kubelet API served at all (every\n\
+                 # kubelet client certificate is signed by the cluster CA: with AlwaysAllow any of\n\
+                 # them could exec into the control plane's pods). Static pods only. Replaced by\n\
+                 # kubelet.yaml once the node has credentials.\n"
+            } else {
+                ""
+            },
+            // kubelet serves its API (10250) only `if kubeCfg.EnableServer`
+            // (cmd/kubelet/app/server.go startKubelet); static pods run either way.
+            server = if self.standalone {
+                "enableServer: false\n"
             } else {
                 ""
             },
@@ -585,6 +594,10 @@ mod config_tests {
             sa.contains("  webhook:\n    enabled: false\n") && sa.contains("mode: AlwaysAllow")
         );
         assert!(sa.contains("rotateCertificates: false"), "{sa}");
+        // Issue 37, 2: a standalone kubelet authorizes AlwaysAllow, so it serves no API at all
+        // (any worker's client certificate is signed by the same CA); with credentials it does.
+        assert!(sa.contains("\nenableServer: false\n"), "{sa}");
+        assert!(!y.contains("enableServer"), "{y}");
         assert!(sa.contains("anonymous:\n    enabled: false"));
         for want in [
             "kind: KubeletConfiguration",

@@ -76,6 +76,12 @@ nodectl audit --json | jq -r '.findings[] | "  | finding: \(.id) \(.path) \(.evi
 check "C1g the node's credentials wait for the API server, kubelet standalone meanwhile" sh -c \
   "nodectl status --json | jq -r '.steps[] | select(.id == \"kubelet-credentials\") | .detail' | grep -q 'kubelet standalone until the node.s certificate is issued'"
 echo "  | kubelet-credentials: $(step_field kubelet-credentials detail)"
+# Issue 37, 2: standalone, kubelet authorizes AlwaysAllow, and every worker's client certificate
+# is signed by the cluster CA: it must serve no API (the stand-in serves :10250 unless
+# `enableServer: false`, as kubelet's startKubelet does). Refused at TCP, before any certificate.
+listens_10250() { ss -ltnH 'sport = :10250' | grep -q .; }
+check "C1h the standalone kubelet serves no API: nothing listens on :10250" sh -c '! ss -ltnH "sport = :10250" | grep -q .'
+check "C1h a connection to :10250 is refused (no certificate gets anything)" sh -c '! timeout 5 bash -c "exec 3<>/dev/tcp/127.0.0.1/10250" 2>/dev/null'
 
 echo "## C2: the API server answers: the node's certificate, kubelet with it, static pods kept"
 kept=$(for m in $CP; do podman inspect "$(pod_name $m)" --format '{{.Id}}'; done | sort | tr '\n' ' ')
@@ -92,6 +98,7 @@ check "C2b (a new kubelet start)" sh -c "[ \"\$(systemctl show -p ActiveEnterTim
 now=$(for m in $CP; do podman inspect "$(pod_name $m)" --format '{{.Id}}'; done | sort | tr '\n' ' ')
 expect "C2c the static pods are the same containers (kept across kubelet's restart)" "$now" "$kept"
 check "C2c kube-apiserver still reads its files" pod_says kube-apiserver 'uid 65534: read 8 files'
+check "C2d with its credentials (webhook authorization) kubelet serves its API on :10250" wait_until 30 listens_10250
 
 echo "## C3: the layout before (pki root's): the control plane cannot read; audit --fix mends it live"
 started=$(podman inspect "$(pod_name kube-apiserver)" --format '{{.State.StartedAt}}')
