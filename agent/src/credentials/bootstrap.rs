@@ -163,13 +163,18 @@ impl Bootstrap<'_> {
     /// A client from the bootstrap kubeconfig or the node kubeconfig (its cluster CA is the
     /// only trust root).
     async fn client(&self) -> Result<(kube::Client, String, Vec<u8>), BootstrapError> {
-        let path = match self.via {
-            Via::BootstrapToken => self.bootstrap_kubeconfig,
-            Via::NodeCertificate => self.kubeconfig,
-        };
-        let c = crate::kubeconfig::connect(self.writer.root(), path, true)
-            .await
-            .map_err(|e| BootstrapError::Config(e.to_string()))?;
+        let root = self.writer.root();
+        let c = match self.via {
+            Via::BootstrapToken => {
+                let path = self.bootstrap_kubeconfig;
+                match crate::kubeconfig::load_bootstrap(root, path, self.kubeconfig) {
+                    Ok(loaded) => crate::kubeconfig::connect_loaded(root, path, loaded, true).await,
+                    Err(e) => Err(e),
+                }
+            }
+            Via::NodeCertificate => crate::kubeconfig::connect(root, self.kubeconfig, true).await,
+        }
+        .map_err(|e| BootstrapError::Config(e.to_string()))?;
         Ok((c.client, c.server, c.ca))
     }
 

@@ -30,7 +30,7 @@ pub use store::Validity;
 pub(crate) use store::{current, pending_key, private, store, validity};
 
 /// Where kubelet's certificate store lives.
-pub(crate) const CERT_DIR: &str = "/var/lib/kubelet/pki";
+pub(crate) const CERT_DIR: &str = crate::kubeconfig::NODE_PKI;
 /// The key of a request still pending (kept so a restart reuses it and its request).
 pub(crate) const PENDING_KEY: &str = "kubelet-client.key.tmp";
 /// The link to the newest chain+key file.

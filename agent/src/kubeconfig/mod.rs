@@ -13,6 +13,10 @@ use kube::config::Kubeconfig;
 
 use crate::root::Root;
 
+mod trust;
+
+use trust::{ca_certificates, named_file, read_trusted, refuse_unsafe};
+
 /// A kubeconfig that cannot be read, parsed or used.
 #[derive(Debug, thiserror::Error)]
 #[error("{file}: {message}")]
@@ -32,6 +36,16 @@ fn err(file: &Path, message: impl Into<String>) -> KubeconfigError {
 
 /// Parses a kubeconfig's text. `file` is for errors.
 pub fn parse(text: &str, file: &Path) -> Result<Kubeconfig, KubeconfigError> {
+    parse_with(text, file, |_| Ok(()))
+}
+
+/// [`parse`], with `check` looking at the parsed YAML before it becomes kube's types (which
+/// would drop what they do not know).
+fn parse_with(
+    text: &str,
+    file: &Path,
+    check: impl FnOnce(&serde_json::Value) -> Result<(), KubeconfigError>,
+) -> Result<Kubeconfig, KubeconfigError> {
     // A kubeconfig carries credentials: no error quotes it (the parser's messages carry a snippet
     // of the source by default); line and column only.
     let mut v: serde_json::Value = serde_saphyr::from_str(text).map_err(|e| {
@@ -49,6 +63,7 @@ pub fn parse(text: &str, file: &Path) -> Result<Kubeconfig, KubeconfigError> {
             "not a kubeconfig (expected a mapping with clusters, users, contexts)",
         ));
     }
+    check(&v)?;
     for section in ["contexts", "clusters", "users"] {
         if let Some(items) = v.get_mut(section).and_then(|s| s.as_array_mut()) {
             for item in items {
@@ -69,12 +84,23 @@ pub fn parse(text: &str, file: &Path) -> Result<Kubeconfig, KubeconfigError> {
 
 /// A message with every value serde quotes left out: double-quoted strings (a refused value,
 /// which in a kubeconfig may be a token or a key; quoted as Rust's `Debug` does, so a `\"` inside
-/// does not end it) and an unknown variant's name in backticks. Field names stay, in backticks.
+/// does not end it), and in backticks an unknown variant's name and a refused number, boolean or
+/// character (a numeric token is a scalar serde quotes so). Field names stay, in backticks.
 fn redact(message: &str) -> String {
     let mut out = String::new();
     let mut chars = message.chars();
     while let Some(c) = chars.next() {
-        let value = c == '"' || (c == '`' && out.ends_with("variant "));
+        let value = c == '"'
+            || (c == '`'
+                && [
+                    "variant ",
+                    "integer ",
+                    "floating point ",
+                    "boolean ",
+                    "character ",
+                ]
+                .iter()
+                .any(|w| out.ends_with(w)));
         out.push(c);
         if !value {
             continue;
@@ -135,6 +161,116 @@ pub(crate) fn cluster<'k>(
     })
 }
 
+/// Where the node's client certificate and key live (kubelet's `--cert-dir`): the only place a
+/// kubeconfig nodectld reads may name for them.
+pub const NODE_PKI: &str = "/var/lib/kubelet/pki";
+
+/// A kubeconfig nodectld may act on, with the cluster it names.
+pub(crate) struct Loaded {
+    pub kc: Kubeconfig,
+    /// The cluster's server URL.
+    pub server: String,
+    /// The cluster CA (PEM, certificates only): the only trust root.
+    pub ca: Vec<u8>,
+}
+
+/// Reads the kubeconfig at `node_path` as nodectld acts on it: trusted (see [`trusted_file`]),
+/// nothing unsafe in it ([`refuse_unsafe`]), its cluster's server and CA (inline, or a trusted
+/// file beside the kubeconfig), and client certificate files only from [`NODE_PKI`].
+pub(crate) fn load(root: &Root, node_path: &Path) -> Result<Loaded, KubeconfigError> {
+    let bytes = read_trusted(root, node_path, "kubeconfig")?;
+    let text = String::from_utf8(bytes).map_err(|_| err(node_path, "not UTF-8 text"))?;
+    let kc = parse_with(&text, node_path, |v| refuse_unsafe(v, node_path))?;
+    let named = cluster(&kc, node_path)?;
+    let c = named.cluster.as_ref().ok_or_else(|| {
+        err(
+            node_path,
+            format!("cluster {:?} has no `cluster` section", named.name),
+        )
+    })?;
+    let server = c
+        .server
+        .clone()
+        .ok_or_else(|| err(node_path, "the cluster has no server"))?;
+    let pem = if let Some(data) = &c.certificate_authority_data {
+        base64::engine::general_purpose::STANDARD
+            .decode(data.trim())
+            .map_err(|e| {
+                err(
+                    node_path,
+                    format!(
+                        "clusters[{:?}].certificate-authority-data is not base64: {e}",
+                        named.name
+                    ),
+                )
+            })?
+    } else if let Some(file) = &c.certificate_authority {
+        let dir = node_path.parent().unwrap_or(Path::new("/"));
+        let p = named_file(node_path, "certificate-authority", file, dir)?;
+        read_trusted(root, &p, &format!("certificate-authority {}", p.display()))
+            .map_err(|e| err(node_path, e.message))?
+    } else {
+        return Err(err(
+            node_path,
+            format!(
+                "cluster {:?} has neither certificate-authority-data nor certificate-authority",
+                named.name
+            ),
+        ));
+    };
+    let ca = ca_certificates(&pem, node_path, &named.name)?;
+    for (field, p) in kc
+        .auth_infos
+        .iter()
+        .filter_map(|a| a.auth_info.as_ref())
+        .flat_map(|u| {
+            [
+                ("client-certificate", u.client_certificate.as_deref()),
+                ("client-key", u.client_key.as_deref()),
+            ]
+        })
+    {
+        if let Some(p) = p {
+            named_file(node_path, field, p, Path::new(NODE_PKI))?;
+        }
+    }
+    Ok(Loaded { kc, server, ca })
+}
+
+/// The bootstrap kubeconfig, held to the node kubeconfig once there is one: the node holds
+/// credentials for that server and CA, and a later bootstrap file (which a container with a
+/// hostPath on its directory could create once the operator removed it) may name neither
+/// another server nor another CA. An operator moves the node (a new cluster, a rotated CA) by
+/// removing the node kubeconfig, which only root can.
+pub(crate) fn load_bootstrap(
+    root: &Root,
+    bootstrap: &Path,
+    node: &Path,
+) -> Result<Loaded, KubeconfigError> {
+    let b = load(root, bootstrap)?;
+    if std::fs::symlink_metadata(root.path(node)).is_err() {
+        return Ok(b);
+    }
+    let n = load(root, node)?;
+    if n.server != b.server || n.ca != b.ca {
+        return Err(err(
+            bootstrap,
+            format!(
+                "its {} differs from the one the node holds credentials for ({}): not used; \
+                 to move the node to it, remove {} as root",
+                if n.server != b.server {
+                    "server"
+                } else {
+                    "cluster CA"
+                },
+                node.display(),
+                node.display()
+            ),
+        ));
+    }
+    Ok(b)
+}
+
 /// A client for a kubeconfig on the node, with what it talks to.
 pub(crate) struct Connection {
     pub client: kube::Client,
@@ -143,8 +279,8 @@ pub(crate) struct Connection {
     pub ca: Vec<u8>,
 }
 
-/// A kube client from the kubeconfig at `node_path`: Typhoon's nameless context accepted,
-/// certificate and key files (node paths, links followed) read through the root and handed to
+/// A kube client from the kubeconfig at `node_path`, read as [`load`] reads it: Typhoon's
+/// nameless context accepted, certificate and key files read through the root and handed to
 /// the client as data. `retry`: kube's retries of 429/503/504 (off for the Eviction API, whose
 /// 429 is an answer).
 pub(crate) async fn connect(
@@ -152,18 +288,18 @@ pub(crate) async fn connect(
     node_path: &Path,
     retry: bool,
 ) -> Result<Connection, KubeconfigError> {
-    let text = crate::util::bounded::read_to_string(
-        &root.path(node_path),
-        crate::util::bounded::MAX_INPUT_BYTES,
-    )
-    .map_err(|e| err(node_path, format!("cannot read: {e}")))?;
-    let mut kc = parse(&text, node_path)?;
-    let ca = cluster_ca(root, node_path)?;
-    let server = cluster(&kc, node_path)?
-        .cluster
-        .as_ref()
-        .and_then(|c| c.server.clone())
-        .ok_or_else(|| err(node_path, "the cluster has no server"))?;
+    let loaded = load(root, node_path)?;
+    connect_loaded(root, node_path, loaded, retry).await
+}
+
+/// [`connect`] with a kubeconfig already loaded (the bootstrap kubeconfig, held to the node's).
+pub(crate) async fn connect_loaded(
+    root: &Root,
+    node_path: &Path,
+    loaded: Loaded,
+    retry: bool,
+) -> Result<Connection, KubeconfigError> {
+    let Loaded { mut kc, server, ca } = loaded;
     for user in kc
         .auth_infos
         .iter_mut()
@@ -181,6 +317,11 @@ pub(crate) async fn connect(
         if let Some(p) = user.client_key.take() {
             user.client_key_data = Some(b64(&p)?.into());
         }
+    }
+    // Only the checked CA is trusted (a file named in the kubeconfig is not read again).
+    for c in kc.clusters.iter_mut().filter_map(|c| c.cluster.as_mut()) {
+        c.certificate_authority = None;
+        c.certificate_authority_data = Some(base64::engine::general_purpose::STANDARD.encode(&ca));
     }
     let client = client(kc, retry)
         .await
@@ -215,68 +356,25 @@ pub enum ClientError {
     Client(#[from] kube::Error),
 }
 
-/// The cluster CA certificates (PEM) of the kubeconfig at `node_path`: from
-/// `certificate-authority-data`, or the `certificate-authority` file (relative to the kubeconfig).
-pub(crate) fn cluster_ca(root: &Root, node_path: &Path) -> Result<Vec<u8>, KubeconfigError> {
-    let real = root.path(node_path);
-    let text = crate::util::bounded::read_to_string(&real, crate::util::bounded::MAX_INPUT_BYTES)
-        .map_err(|e| err(node_path, format!("cannot read: {e}")))?;
-    let kc = parse(&text, node_path)?;
-    let named = cluster(&kc, node_path)?;
-    let c = named.cluster.as_ref().ok_or_else(|| {
-        err(
-            node_path,
-            format!("cluster {:?} has no `cluster` section", named.name),
-        )
-    })?;
-    let pem = if let Some(data) = &c.certificate_authority_data {
-        base64::engine::general_purpose::STANDARD
-            .decode(data.trim())
-            .map_err(|e| {
-                err(
-                    node_path,
-                    format!(
-                        "clusters[{:?}].certificate-authority-data is not base64: {e}",
-                        named.name
-                    ),
-                )
-            })?
-    } else if let Some(file) = &c.certificate_authority {
-        let p = node_path.parent().unwrap_or(Path::new("/")).join(file);
-        crate::util::bounded::read(&root.path(&p), crate::util::bounded::MAX_INPUT_BYTES).map_err(
-            |e| {
-                err(
-                    node_path,
-                    format!("certificate-authority {}: {e}", p.display()),
-                )
-            },
-        )?
-    } else {
-        return Err(err(
-            node_path,
-            format!(
-                "cluster {:?} has neither certificate-authority-data nor certificate-authority",
-                named.name
-            ),
-        ));
-    };
-    if !String::from_utf8_lossy(&pem).contains("-----BEGIN CERTIFICATE-----") {
-        return Err(err(
-            node_path,
-            format!(
-                "cluster {:?}: the certificate authority is not a PEM certificate",
-                named.name
-            ),
-        ));
-    }
-    Ok(pem)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    const CA: &str = "-----BEGIN CERTIFICATE-----\nMIIBfake\n-----END CERTIFICATE-----\n";
+    /// A real self-signed certificate (a CA must parse as X.509), and its key's PEM.
+    fn ca() -> (String, String) {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(Vec::<String>::new())
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        (cert.pem(), key.serialize_pem())
+    }
+
+    fn b64(s: &str) -> String {
+        base64::engine::general_purpose::STANDARD.encode(s)
+    }
+
+    const BOOT: &str = "/etc/kubernetes/kubeconfig";
 
     /// serde quotes a refused value as `Debug` does: an escaped quote inside does not end it
     /// (the malformed corpus found `users: ..\"SECRET...` quoted back); an unknown variant's
@@ -308,7 +406,8 @@ mod tests {
 
     #[test]
     fn reads_typhoons_nameless_context() {
-        let b64 = base64::engine::general_purpose::STANDARD.encode(CA);
+        let (ca, _) = ca();
+        let b64 = b64(&ca);
         let kc = parse(
             &typhoon_bootstrap(&b64),
             Path::new("/etc/kubernetes/kubeconfig"),
@@ -317,21 +416,20 @@ mod tests {
         assert_eq!(kc.contexts.len(), 1);
         assert_eq!(kc.contexts[0].name, "");
         let (_d, r) = root_with("/etc/kubernetes/kubeconfig", &typhoon_bootstrap(&b64));
-        assert_eq!(
-            cluster_ca(&r, Path::new("/etc/kubernetes/kubeconfig")).unwrap(),
-            CA.as_bytes()
-        );
+        let loaded = load(&r, Path::new(BOOT)).unwrap();
+        assert_eq!(loaded.ca, ca.as_bytes());
+        assert_eq!(loaded.server, "https://10.0.0.1:6443");
     }
 
     #[test]
     fn reads_a_ca_file_relative_to_the_kubeconfig_and_honours_current_context() {
         let text = "apiVersion: v1\nclusters:\n- name: a\n  cluster:\n    server: https://a\n    certificate-authority: ca-a.crt\n- name: b\n  cluster:\n    server: https://b\n    certificate-authority: ca-b.crt\ncontexts:\n- name: ctx-a\n  context:\n    cluster: a\n- name: ctx-b\n  context:\n    cluster: b\ncurrent-context: ctx-b\n";
         let (_d, r) = root_with("/etc/kubernetes/kubeconfig", text);
-        std::fs::write(r.path("/etc/kubernetes/ca-b.crt"), CA).unwrap();
-        assert_eq!(
-            cluster_ca(&r, Path::new("/etc/kubernetes/kubeconfig")).unwrap(),
-            CA.as_bytes()
-        );
+        let (ca, _) = ca();
+        std::fs::write(r.path("/etc/kubernetes/ca-b.crt"), &ca).unwrap();
+        let loaded = load(&r, Path::new(BOOT)).unwrap();
+        assert_eq!(loaded.ca, ca.as_bytes());
+        assert_eq!(loaded.server, "https://b");
     }
 
     #[test]
@@ -341,29 +439,31 @@ mod tests {
             "/etc/kubernetes/kubeconfig",
             &typhoon_bootstrap("not*base64"),
         );
-        let e = cluster_ca(&r, p).unwrap_err().to_string();
+        let e = load(&r, p).err().unwrap().to_string();
         assert!(
             e.starts_with("/etc/kubernetes/kubeconfig: ")
                 && e.contains("certificate-authority-data is not base64"),
             "{e}"
         );
         let (_d, r) = root_with("/etc/kubernetes/kubeconfig", "clusters: [");
-        assert!(cluster_ca(&r, p)
-            .unwrap_err()
+        assert!(load(&r, p)
+            .err()
+            .unwrap()
             .to_string()
             .contains("not valid YAML"));
         let two = "clusters:\n- name: a\n  cluster: {server: \"https://x\"}\n- name: b\n  cluster: {server: \"https://y\"}\n";
         let (_d, r) = root_with("/etc/kubernetes/kubeconfig", two);
-        let e = cluster_ca(&r, p).unwrap_err().to_string();
+        let e = load(&r, p).err().unwrap().to_string();
         assert!(e.contains("2 clusters and no current-context"), "{e}");
         let (_d, r) = root_with(
             "/etc/kubernetes/kubeconfig",
             &typhoon_bootstrap(&base64::engine::general_purpose::STANDARD.encode("hello")),
         );
-        assert!(cluster_ca(&r, p)
-            .unwrap_err()
-            .to_string()
-            .contains("not a PEM certificate"));
+        let e = load(&r, p).err().unwrap().to_string();
+        assert!(
+            e.contains("not PEM certificates only (no certificate)"),
+            "{e}"
+        );
     }
 
     /// A malformed kubeconfig's error names the file and where, never its content: the token
@@ -386,6 +486,242 @@ mod tests {
         assert_eq!(
             redact("invalid type: string \"secret\", expected `x`"),
             "invalid type: string \"…\", expected `x`"
+        );
+    }
+
+    fn set_label(r: &Root, node: &str, label: &str) {
+        let real =
+            std::ffi::CString::new(r.path(node).into_os_string().into_encoded_bytes()).unwrap();
+        // SAFETY: NUL-terminated path and name, a buffer of the given length.
+        let rc = unsafe {
+            libc::lsetxattr(
+                real.as_ptr(),
+                c"security.selinux".as_ptr(),
+                label.as_ptr().cast(),
+                label.len(),
+                0,
+            )
+        };
+        assert_eq!(rc, 0, "{}", std::io::Error::last_os_error());
+    }
+
+    /// Issue 37, 1: a bootstrap kubeconfig is used only when root alone could have placed it:
+    /// owned by root, nobody else may write it, not of a type containers write (a container
+    /// with a hostPath on /etc/kubernetes creates `container_file_t:s0:cX,cY` files), and not
+    /// a symlink. Each is refused naming the file and why; the policy's own types are fine.
+    #[test]
+    fn a_kubeconfig_root_alone_could_not_have_placed_is_not_trusted() {
+        use std::os::unix::fs::PermissionsExt;
+        let (ca, _) = ca();
+        let text = typhoon_bootstrap(&b64(&ca));
+        let p = Path::new(BOOT);
+        let (_d, r) = root_with(BOOT, &text);
+        for ok in [
+            "system_u:object_r:etc_t:s0",
+            "system_u:object_r:kubernetes_file_t:s0",
+        ] {
+            set_label(&r, BOOT, ok);
+            load(&r, p).unwrap();
+        }
+        for planted in [
+            "system_u:object_r:container_file_t:s0:c12,c34",
+            "system_u:object_r:container_file_t:s0",
+            "system_u:object_r:container_ro_file_t:s0",
+        ] {
+            set_label(&r, BOOT, planted);
+            let e = load(&r, p).err().unwrap().to_string();
+            assert!(
+                e.starts_with("/etc/kubernetes/kubeconfig: kubeconfig: labeled ")
+                    && e.contains("a type containers write: not trusted"),
+                "{e}"
+            );
+        }
+        set_label(&r, BOOT, "system_u:object_r:etc_t:s0");
+        std::os::unix::fs::chown(r.path(BOOT), Some(1000), Some(1000)).unwrap();
+        let e = load(&r, p).err().unwrap().to_string();
+        assert!(
+            e.contains("owned by uid 1000, not root: not trusted"),
+            "{e}"
+        );
+        std::os::unix::fs::chown(r.path(BOOT), Some(0), Some(0)).unwrap();
+        for mode in [0o664, 0o646] {
+            std::fs::set_permissions(r.path(BOOT), std::fs::Permissions::from_mode(mode)).unwrap();
+            let e = load(&r, p).err().unwrap().to_string();
+            assert!(e.contains("writable by group or others"), "{e}");
+        }
+        std::fs::set_permissions(r.path(BOOT), std::fs::Permissions::from_mode(0o644)).unwrap();
+        load(&r, p).unwrap();
+        std::fs::rename(r.path(BOOT), r.path("/etc/kubernetes/real")).unwrap();
+        std::os::unix::fs::symlink("real", r.path(BOOT)).unwrap();
+        let e = load(&r, p).err().unwrap().to_string();
+        assert!(e.contains("not a regular file"), "{e}");
+    }
+
+    /// Issue 37, 1: kube's client would run an `exec` plugin or `auth-provider` command as root,
+    /// read a `tokenFile` anywhere, skip TLS verification or use a proxy: each is refused by
+    /// field, its value never quoted.
+    #[test]
+    fn plugins_token_files_proxies_and_unverified_tls_are_refused() {
+        let (ca, _) = ca();
+        let base = typhoon_bootstrap(&b64(&ca));
+        let user = "    token: abcdef.0123456789abcdef\n";
+        let server = "    server: https://10.0.0.1:6443\n";
+        for (from, to, field) in [
+            (user, "    exec:\n      apiVersion: client.authentication.k8s.io/v1\n      command: /tmp/SECRET-x\n", "users[0].user.exec"),
+            (user, "    auth-provider:\n      name: gcp\n      config: {cmd-path: /tmp/SECRET-x}\n", "users[0].user.auth-provider"),
+            (user, "    tokenFile: /var/lib/kubelet/SECRET-x\n", "users[0].user.tokenFile"),
+            (user, "    token: x\n    as: system:SECRET-x\n", "users[0].user.as"),
+            (server, "    server: https://10.0.0.1:6443\n    insecure-skip-tls-verify: true\n", "clusters[0].cluster.insecure-skip-tls-verify"),
+            (server, "    server: https://10.0.0.1:6443\n    proxy-url: http://SECRET-x:3128\n", "clusters[0].cluster.proxy-url"),
+        ] {
+            let text = base.replace(from, to);
+            assert_ne!(text, base);
+            let (_d, r) = root_with(BOOT, &text);
+            let e = load(&r, Path::new(BOOT)).err().unwrap().to_string();
+            assert!(e.contains(&format!("{field}: not accepted")), "{e}");
+            assert!(!e.contains("SECRET"), "{e}");
+        }
+        // `insecure-skip-tls-verify: false` asks for nothing.
+        let (_d, r) = root_with(
+            BOOT,
+            &base.replace(
+                server,
+                "    server: https://10.0.0.1:6443\n    insecure-skip-tls-verify: false\n",
+            ),
+        );
+        load(&r, Path::new(BOOT)).unwrap();
+    }
+
+    /// Issue 37, 1: `certificate-authority` pointing at the node's key (cert and key in one PEM)
+    /// would have been copied to /etc/kubernetes/ca.crt (0644). A CA file is read only from the
+    /// kubeconfig's own directory, without `..` or a symlink, trusted as the kubeconfig is, and
+    /// only when it holds certificates and nothing else; client certificates only from the
+    /// node's certificate directory.
+    #[test]
+    fn files_a_kubeconfig_names_are_kept_to_their_places_and_kinds() {
+        let (ca, key) = ca();
+        let with_ca_file = |f: &str| {
+            typhoon_bootstrap("X").replace(
+                "    certificate-authority-data: X\n",
+                &format!("    certificate-authority: {f}\n"),
+            )
+        };
+        for (f, why) in [
+            (
+                "/var/lib/kubelet/pki/kubelet-client-current.pem",
+                "is not a file in /etc/kubernetes",
+            ),
+            (
+                "../../var/lib/kubelet/pki/kubelet-client-current.pem",
+                "is not a file in /etc/kubernetes",
+            ),
+            ("pki/../../shadow", "is not a file in /etc/kubernetes"),
+        ] {
+            let (_d, r) = root_with(BOOT, &with_ca_file(f));
+            let e = load(&r, Path::new(BOOT)).err().unwrap().to_string();
+            assert!(e.contains(why), "{f}: {e}");
+        }
+        let (_d, r) = root_with(BOOT, &with_ca_file("both.pem"));
+        std::fs::write(r.path("/etc/kubernetes/both.pem"), format!("{ca}{key}")).unwrap();
+        let e = load(&r, Path::new(BOOT)).err().unwrap().to_string();
+        assert!(e.contains("it holds a PRIVATE KEY block"), "{e}");
+        assert!(!e.contains("BEGIN"), "{e}");
+        std::fs::write(r.path("/etc/kubernetes/both.pem"), &ca).unwrap();
+        load(&r, Path::new(BOOT)).unwrap();
+        set_label(
+            &r,
+            "/etc/kubernetes/both.pem",
+            "system_u:object_r:container_file_t:s0:c1,c2",
+        );
+        let e = load(&r, Path::new(BOOT)).err().unwrap().to_string();
+        assert!(
+            e.contains("certificate-authority /etc/kubernetes/both.pem: labeled"),
+            "{e}"
+        );
+        // inline data holding a key is refused the same way
+        let (_d, r) = root_with(BOOT, &typhoon_bootstrap(&b64(&format!("{ca}{key}"))));
+        let e = load(&r, Path::new(BOOT)).err().unwrap().to_string();
+        assert!(e.contains("PRIVATE KEY block"), "{e}");
+        let user = "    token: abcdef.0123456789abcdef\n";
+        for (cert, ok) in [
+            ("/var/lib/kubelet/pki/kubelet-client-current.pem", true),
+            ("/etc/kubernetes/pki/apiserver.key", false),
+            ("/var/lib/kubelet/pki/../../../etc/shadow", false),
+        ] {
+            let text = typhoon_bootstrap(&b64(&ca)).replace(
+                user,
+                &format!("    client-certificate: {cert}\n    client-key: {cert}\n"),
+            );
+            let (_d, r) = root_with(BOOT, &text);
+            let got = load(&r, Path::new(BOOT));
+            assert_eq!(got.is_ok(), ok, "{cert}");
+            if let Err(e) = got {
+                assert!(e.to_string().contains("client-certificate: "), "{e}");
+            }
+        }
+    }
+
+    /// Issue 37, 1: once the node has its own kubeconfig, a bootstrap kubeconfig naming another
+    /// server or CA is not used (a planted one would point the re-bootstrap at a server that
+    /// answers 401 and hand out its own CA); the same server and CA with another token is.
+    #[test]
+    fn a_bootstrap_kubeconfig_is_held_to_the_server_and_ca_the_node_holds() {
+        let (other, _) = ca();
+        let (ca, _) = ca();
+        let node = "/var/lib/kubelet/kubeconfig";
+        let node_text = crate::csr::node_kubeconfig(
+            "https://10.0.0.1:6443",
+            ca.as_bytes(),
+            "/var/lib/kubelet/pki/kubelet-client-current.pem",
+        );
+        let (_d, r) = root_with(node, &node_text);
+        let write_boot = |t: &str| {
+            std::fs::create_dir_all(r.path("/etc/kubernetes")).unwrap();
+            std::fs::write(r.path(BOOT), t).unwrap();
+        };
+        write_boot(
+            &typhoon_bootstrap(&b64(&ca))
+                .replace("abcdef.0123456789abcdef", "zzzzzz.0123456789abcdef"),
+        );
+        load_bootstrap(&r, Path::new(BOOT), Path::new(node)).unwrap();
+        write_boot(&typhoon_bootstrap(&b64(&other)));
+        let e = load_bootstrap(&r, Path::new(BOOT), Path::new(node))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            e.contains("its cluster CA differs from the one the node holds credentials for"),
+            "{e}"
+        );
+        assert!(
+            e.contains("remove /var/lib/kubelet/kubeconfig as root"),
+            "{e}"
+        );
+        write_boot(&typhoon_bootstrap(&b64(&ca)).replace("10.0.0.1", "203.0.113.9"));
+        let e = load_bootstrap(&r, Path::new(BOOT), Path::new(node))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("its server differs"), "{e}");
+        std::fs::remove_file(r.path(node)).unwrap();
+        load_bootstrap(&r, Path::new(BOOT), Path::new(node)).unwrap();
+    }
+
+    /// Issue 37, 12: serde quotes a refused number, boolean or character in backticks: a numeric
+    /// token is left out as a string is.
+    #[test]
+    fn refused_numbers_and_booleans_are_left_out_too() {
+        for text in [
+            "users: 98765432109876\n",
+            "users:\n- user: 98765432109876\n",
+            "users:\n- user: {token: [98765432109876]}\n",
+        ] {
+            let e = parse(text, Path::new(BOOT)).err().unwrap().to_string();
+            assert!(!e.contains("98765432109876"), "{e}");
+        }
+        assert_eq!(
+            redact("invalid type: integer `123`, expected a string; floating point `1.5`; boolean `true`; character `x`; missing field `name`"),
+            "invalid type: integer `…`, expected a string; floating point `…`; boolean `…`; character `…`; missing field `name`"
         );
     }
 }

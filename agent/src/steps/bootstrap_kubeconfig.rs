@@ -29,30 +29,42 @@ impl Step for BootstrapKubeconfig {
         async move {
             let p = &cx.settings.bootstrap_kubeconfig;
             let real = cx.root.path(p);
-            Ok(match std::fs::metadata(&real) {
+            let own = || {
+                crate::credentials::read(&cx.root).is_some_and(|h| {
+                    !h.validity.expired(std::time::SystemTime::now())
+                        && cx.root.path(&cx.settings.kubeconfig).is_file()
+                })
+            };
+            Ok(match std::fs::symlink_metadata(&real) {
                 Ok(m) if m.is_file() && m.len() > 0 => {
-                    Observation::Converged(format!("{} present", p.display()))
+                    // Read as it would be used: trusted, nothing unsafe in it, held to the node
+                    // kubeconfig. A file that is not is never used; while the node holds its own
+                    // certificate that is all (reported), before it the node cannot go on.
+                    match crate::kubeconfig::load_bootstrap(&cx.root, p, &cx.settings.kubeconfig) {
+                        Ok(_) => Observation::Converged(format!("{} present", p.display())),
+                        Err(e) if own() => {
+                            tracing::warn!(error = %e, "bootstrap kubeconfig not used");
+                            Observation::Converged(format!(
+                                "not needed (the node holds its own certificate), and not used: {e}"
+                            ))
+                        }
+                        Err(e) => return Err(e.into()),
+                    }
                 }
                 Ok(_) => Observation::Waiting(format!("{} is empty or not a file", p.display())),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                     // Removed after the node got its own certificate: not needed until that
                     // certificate expires or is refused.
-                    let held = crate::credentials::read(&cx.root);
-                    let now = std::time::SystemTime::now();
-                    match held {
-                        Some(h)
-                            if !h.validity.expired(now)
-                                && cx.root.path(&cx.settings.kubeconfig).is_file() =>
-                        {
-                            Observation::Converged(format!(
-                                "{} absent, not needed: the node holds its own certificate",
-                                p.display()
-                            ))
-                        }
-                        _ => Observation::Waiting(format!(
+                    if own() {
+                        Observation::Converged(format!(
+                            "{} absent, not needed: the node holds its own certificate",
+                            p.display()
+                        ))
+                    } else {
+                        Observation::Waiting(format!(
                             "{} (placed by provisioning: Ignition or SSH)",
                             p.display()
-                        )),
+                        ))
                     }
                 }
                 Err(e) => return Err(e).with_context(|| real.display().to_string()),

@@ -15,11 +15,12 @@ use crate::fsio::FileSpec;
 pub(crate) struct KubeletCa;
 
 impl KubeletCa {
-    /// The kubeconfig the CA comes from: the bootstrap kubeconfig, or once it was removed after
-    /// the node got its certificate, the node kubeconfig.
+    /// The kubeconfig the CA comes from: the node kubeconfig once the node has one (its CA is
+    /// pinned there: a bootstrap kubeconfig placed later never changes whom kubelet trusts),
+    /// the bootstrap kubeconfig before.
     fn source(cx: &Cx) -> &Path {
         let s = &cx.settings;
-        if !cx.root.path(&s.bootstrap_kubeconfig).exists() && cx.root.path(&s.kubeconfig).exists() {
+        if std::fs::symlink_metadata(cx.root.path(&s.kubeconfig)).is_ok() {
             &s.kubeconfig
         } else {
             &s.bootstrap_kubeconfig
@@ -27,7 +28,7 @@ impl KubeletCa {
     }
 
     fn spec(cx: &Cx) -> anyhow::Result<FileSpec> {
-        let pem = crate::kubeconfig::cluster_ca(&cx.root, Self::source(cx))?;
+        let pem = crate::kubeconfig::load(&cx.root, Self::source(cx))?.ca;
         Ok(FileSpec {
             label: managed_label(cx, Path::new(KUBELET_CA)),
             ..FileSpec::new(KUBELET_CA, pem, 0o644)
@@ -40,7 +41,7 @@ impl Step for KubeletCa {
         "kubelet-ca"
     }
     fn description(&self) -> &'static str {
-        "the cluster CA for kubelet, from the bootstrap kubeconfig"
+        "the cluster CA for kubelet, from the node kubeconfig (the bootstrap kubeconfig before)"
     }
     fn deps(&self) -> &'static [&'static str] {
         &["bootstrap-kubeconfig"]

@@ -46,6 +46,14 @@ impl Relabel {
                 if !cur.is_container_readable() {
                     continue;
                 }
+                // A bootstrap kubeconfig at a container's own level (`s0:cX,cY`) was written by
+                // a container (planted in a tree it can write): relabeling it would make it
+                // look placed by root. It is left as it is, and never used
+                // (`kubeconfig::trusted_file`). At `s0` it was relabeled (a `:z` mount, a
+                // `chcon`): repaired, so the token is not left container-readable.
+                if node == cx.settings.bootstrap_kubeconfig && !cur.is_shared_level() {
+                    continue;
+                }
                 let Ok(meta) = std::fs::symlink_metadata(&real) else {
                     continue;
                 };

@@ -13,7 +13,11 @@ pub const MAX_FRAGMENTS: usize = 256;
 
 /// The file's bytes, or an error (`InvalidData`) when it holds more than `max` bytes.
 pub fn read(p: &Path, max: u64) -> std::io::Result<Vec<u8>> {
-    let f = std::fs::File::open(p)?;
+    read_from(std::fs::File::open(p)?, max)
+}
+
+/// [`read`] from an open file (or any reader).
+pub fn read_from(f: impl std::io::Read, max: u64) -> std::io::Result<Vec<u8>> {
     let mut out = Vec::new();
     f.take(max + 1).read_to_end(&mut out)?;
     if out.len() as u64 > max {

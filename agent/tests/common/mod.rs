@@ -107,7 +107,9 @@ pub fn calls(root: &Path) -> serde_json::Value {
     serde_json::from_str::<serde_json::Value>(&t).unwrap()["calls"].clone()
 }
 
-pub const CERT: &str = "-----BEGIN CERTIFICATE-----\nMIIBfake\n-----END CERTIFICATE-----";
+/// A real self-signed certificate (valid to 2126; a cluster CA in a kubeconfig must parse as
+/// X.509), fixed so the golden files stay byte for byte.
+pub const CERT: &str = "-----BEGIN CERTIFICATE-----\nMIIBnDCCAUGgAwIBAgIUSnHF85ORri4YUeh2DNUayx3SgeMwCgYIKoZIzj0EAwIw\nIjEgMB4GA1UEAwwXbm9kZWN0bC10ZXN0LWZpeHR1cmUtY2EwIBcNMjYxMjAzMTU1\nNzU2WhgPMjEyNjExMDkxNTU3NTZaMCIxIDAeBgNVBAMMF25vZGVjdGwtdGVzdC1m\naXh0dXJlLWNhMFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAE14jAc5gPBdfKpWz5\n6btq757FmyuqhCnFFS0zZMfjuSnyjQO85MHHAHXr/BI7vElyURvmHGlZsgNg1Vkb\nIUQbGKNTMFEwHQYDVR0OBBYEFEWyjTIXUQ9M0++DoUEspEmIz95iMB8GA1UdIwQY\nMBaAFEWyjTIXUQ9M0++DoUEspEmIz95iMA8GA1UdEwEB/wQFMAMBAf8wCgYIKoZI\nzj0EAwIDSQAwRgIhANJdJs7W5lbXGfjWUTS/rRid2pLLIb48+mGDZ82dKEhpAiEA\nr+o6Kvj0E2DZmc9U4KPFjmRZitg/7QBzLAhisOT/9m4=\n-----END CERTIFICATE-----";
 pub const KEY: &str = "-----BEGIN EC PRIVATE KEY-----\nMHcfake\n-----END EC PRIVATE KEY-----";
 
 pub fn typhoon_bundle(records: &[(&str, &str)]) -> String {

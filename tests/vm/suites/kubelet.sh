@@ -93,6 +93,37 @@ start=$SECONDS
 check "kubelet stops on SIGTERM (podman stop)" systemctl stop kubelet.service
 expect "it stopped within 10 s, not after podman's timeout" "$([ $((SECONDS - start)) -lt 10 ] && echo yes || echo "no ($((SECONDS - start)) s)")" yes
 check "the stand-in saw SIGTERM" sh -c 'journalctl -u kubelet.service --no-pager -o cat | grep -q "SIGTERM, exiting"'
+echo "## K6: a bootstrap kubeconfig a container plants: nothing of the node's identity leaves root, nothing runs"
+# Issue 37, 1. The operator removed the bootstrap kubeconfig (docs/security.md); a root container
+# with a hostPath on /etc/kubernetes (its own MCS pair) writes one, 0600, as root.
+ca_before=$(sha256sum </etc/kubernetes/ca.crt); node_before=$(sha256sum </var/lib/kubelet/kubeconfig)
+rm -f /etc/kubernetes/kubeconfig /run/nodectl-pwned
+check "K6 without it the node is converged (its own certificate)" wait_until 15 sh -c \
+  "nodectl status --json | jq -r '.steps[] | select(.id == \"bootstrap-kubeconfig\") | .detail' | grep -q 'absent, not needed'"
+plant() { # the kubeconfig on stdin, written by a container
+  podman run --rm -i -v /etc/kubernetes:/host localhost/pod:1 sh -c 'cat >/host/.k && chmod 600 /host/.k && mv /host/.k /host/kubeconfig'
+}
+k6_case() { # NAME: after the planted file, a pass: the node's CA and kubeconfig untouched, nothing ran
+  nodectl converge >/dev/null 2>&1
+  echo "  | $1: planted $(stat -c '%U %a %C' /etc/kubernetes/kubeconfig); status: $(step_field bootstrap-kubeconfig detail | cut -c1-150)"
+  check "K6 $1: the file carries the container's own level" sh -c "stat -c %C /etc/kubernetes/kubeconfig | grep -Eq ':container_file_t:s0:c[0-9]+,c[0-9]+$'"
+  check "K6 $1: not used, and status says why" grep -q 'not used: .*a type containers write: not trusted' <<<"$(step_field bootstrap-kubeconfig detail)"
+  expect "K6 $1: kubelet's CA (clientCAFile) unchanged" "$(sha256sum </etc/kubernetes/ca.crt)" "$ca_before"
+  expect "K6 $1: the node kubeconfig unchanged" "$(sha256sum </var/lib/kubelet/kubeconfig)" "$node_before"
+  check "K6 $1: no key in /etc/kubernetes/ca.crt" sh -c '! grep -q "PRIVATE KEY" /etc/kubernetes/ca.crt'
+  check "K6 $1: nothing ran" test ! -e /run/nodectl-pwned
+}
+sed 's|^\( *\)certificate-authority-data: .*|\1certificate-authority: /var/lib/kubelet/pki/kubelet-client-current.pem|' /root/bootstrap-kubeconfig | plant
+k6_case "a CA file naming the node's key"
+sed "s|^\( *\)server: .*|\1server: https://127.0.0.1:1|; s|^\( *\)token: .*|\1exec: {apiVersion: client.authentication.k8s.io/v1, command: /bin/touch, args: [/run/nodectl-pwned]}|" /root/bootstrap-kubeconfig | plant
+k6_case "another server and an exec plugin"
+sed "s|^\( *\)server: .*|\1server: https://127.0.0.1:1|" /root/bootstrap-kubeconfig | plant
+k6_case "another server"
+check "K6 the container's file keeps its label (never relabeled to look placed by root)" sh -c "stat -c %C /etc/kubernetes/kubeconfig | grep -q container_file_t"
+install -m 0600 /root/bootstrap-kubeconfig /etc/kubernetes/.kubeconfig.tmp && mv /etc/kubernetes/.kubeconfig.tmp /etc/kubernetes/kubeconfig
+nodectl converge >/dev/null 2>&1
+expect "K6 the operator's own file (root, the node's server and CA) is used again" "$(step_field bootstrap-kubeconfig detail)" "/etc/kubernetes/kubeconfig present"
+
 echo "## K4: the agent's own surface: systemd hardening, no secret in any log line"
 # Recorded in docs/security.md; a change that makes it worse fails here.
 EXPOSURE_MAX=2.8

@@ -28,27 +28,18 @@ pub(super) fn env_file(with_kubeconfig: Option<&Path>, standalone: bool) -> File
     )
 }
 
-/// The node kubeconfig the current certificate calls for: server and CA from the bootstrap
-/// kubeconfig when present, else from the node kubeconfig already written.
+/// The node kubeconfig the current certificate calls for: server and CA from the node
+/// kubeconfig already written (pinned: a later bootstrap kubeconfig does not move the node), from
+/// the bootstrap kubeconfig before there is one.
 pub(super) fn kubeconfig_file(cx: &Cx) -> anyhow::Result<Option<FileSpec>> {
     let s = &cx.settings;
-    let source = [&s.bootstrap_kubeconfig, &s.kubeconfig]
+    let source = [&s.kubeconfig, &s.bootstrap_kubeconfig]
         .into_iter()
-        .find(|p| cx.root.path(p).is_file());
+        .find(|p| std::fs::symlink_metadata(cx.root.path(p)).is_ok());
     let Some(source) = source else {
         return Ok(None);
     };
-    let text = crate::util::bounded::read_to_string(
-        &cx.root.path(source),
-        crate::util::bounded::MAX_INPUT_BYTES,
-    )?;
-    let kc = crate::kubeconfig::parse(&text, source)?;
-    let server = crate::kubeconfig::cluster(&kc, source)?
-        .cluster
-        .as_ref()
-        .and_then(|c| c.server.clone())
-        .ok_or_else(|| anyhow::anyhow!("{}: the cluster has no server", source.display()))?;
-    let ca = crate::kubeconfig::cluster_ca(&cx.root, source)?;
+    let crate::kubeconfig::Loaded { server, ca, .. } = crate::kubeconfig::load(&cx.root, source)?;
     let current = Path::new(credentials::CERT_DIR).join(credentials::CURRENT);
     Ok(Some(credentials::private(
         &cx.writer(),
