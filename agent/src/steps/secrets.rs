@@ -114,10 +114,13 @@ impl Secrets {
         Ok((set, reused, id))
     }
 
-    /// Regular, non-hidden files in the inbox, by name (node paths).
+    /// Regular, non-hidden files in the inbox, by name (node paths). The inbox must be root's
+    /// alone (see [`inbox_trusted`]).
     fn bundles(cx: &Cx) -> anyhow::Result<Vec<PathBuf>> {
         let inbox = &cx.settings.secrets_inbox;
         let real = cx.root.path(inbox);
+        inbox_trusted(&real)
+            .map_err(|why| anyhow::anyhow!("the inbox {}: {why}", inbox.display()))?;
         let names =
             bundle_names(&real).with_context(|| format!("reading the inbox {}", real.display()))?;
         // (those whose removal this pass queued count as gone)
@@ -167,16 +170,27 @@ impl Secrets {
         Self::specs(root, plan, bundle)
     }
 
-    /// The bundle opened (never through a symlink), and which file it is.
+    /// The bundle opened (never through a symlink), and which file it is. Only root's: a
+    /// bundle places static pod manifests and keys as root, so one another user owns (moved in
+    /// with `sudo mv`, or written by that user) is refused, checked on the descriptor read.
     fn open(root: &crate::root::Root, bundle: &Path) -> anyhow::Result<(std::fs::File, BundleId)> {
+        use std::os::unix::fs::MetadataExt;
         let real = root.path(bundle);
         let f = crate::fsio::open_nofollow(&real)
             .with_context(|| format!("reading {}", real.display()))?;
-        let id = BundleId::of(
-            &f.metadata()
-                .with_context(|| format!("reading {}", real.display()))?,
-        );
-        Ok((f, id))
+        let m = f
+            .metadata()
+            .with_context(|| format!("reading {}", real.display()))?;
+        if m.uid() != 0 || m.mode() & 0o022 != 0 {
+            anyhow::bail!(
+                "{}: owned by uid {} with mode {:04o}: only a bundle root owns and alone may write \
+                 is placed; hand it over with `sudo nodectl import FILE`; nothing was placed",
+                bundle.display(),
+                m.uid(),
+                m.mode() & 0o7777
+            );
+        }
+        Ok((f, BundleId::of(&m)))
     }
 
     /// A plan's directories and files with their owners' ids (each owner looked up once: a
@@ -301,6 +315,30 @@ impl Secrets {
     fn controller_ready(cx: &Cx) -> bool {
         cx.settings.role != Role::Controller || cx.root.path(CONTROL_PLANE_CA).exists()
     }
+}
+
+/// The inbox, when it exists, is a directory root owns and nobody else may write: whoever may
+/// put a file in it chooses what nodectld places as root (static pod manifests, keys). nodectld
+/// makes it so (0700) when it is missing; one made otherwise beforehand is refused, not used.
+fn inbox_trusted(real: &Path) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    let m = match std::fs::symlink_metadata(real) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e.to_string()),
+    };
+    if !m.is_dir() {
+        return Err("not a directory (a symlink is not followed)".into());
+    }
+    if m.uid() != 0 || m.mode() & 0o022 != 0 {
+        return Err(format!(
+            "owned by uid {} with mode {:04o}: others could drop a bundle nodectld places as \
+             root; make it root's alone (`chown root:root`, `chmod 0700`); no bundle is read",
+            m.uid(),
+            m.mode() & 0o7777
+        ));
+    }
+    Ok(())
 }
 
 /// The bundles in the inbox directory `real`: its regular, non-hidden files (a file being
@@ -436,8 +474,7 @@ impl Step for Secrets {
     }
     fn apply<'a>(&'a self, cx: &'a Cx) -> BoxFuture<'a, anyhow::Result<()>> {
         async move {
-            // Created when missing, left as it is otherwise (provisioning may have made it
-            // writable for the user its copy runs as).
+            // Created when missing (0700); one made otherwise is refused by `bundles`.
             let inbox = &cx.settings.secrets_inbox;
             if !cx.root.path(inbox).exists() {
                 cx.writer().ensure_dir(&DirSpec::new(inbox.clone(), 0o700))?;
@@ -577,6 +614,62 @@ mod tests {
         // an inbox that cannot be read
         let unreadable = Err(std::io::Error::from(std::io::ErrorKind::PermissionDenied));
         assert!(!should_warm(c, true, true, false, &unreadable));
+    }
+
+    /// Issue 37, 8: whoever may write the inbox or owns a bundle chooses what nodectld places
+    /// as root: an inbox others may write (or a symlink) and a bundle another user owns or
+    /// others may write are refused, each naming the fix.
+    #[test]
+    fn only_roots_inbox_and_roots_bundles_are_read() {
+        use std::os::unix::fs::{chown, symlink, PermissionsExt};
+        let mode = |p: &Path, m: u32| {
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap()
+        };
+        let d = tempfile::tempdir().unwrap();
+        let inbox = d.path().join("inbox");
+        inbox_trusted(&inbox).unwrap();
+        std::fs::create_dir(&inbox).unwrap();
+        for ok in [0o700, 0o755] {
+            mode(&inbox, ok);
+            inbox_trusted(&inbox).unwrap();
+        }
+        mode(&inbox, 0o1777);
+        assert!(inbox_trusted(&inbox).unwrap_err().contains("mode 1777"));
+        mode(&inbox, 0o700);
+        chown(&inbox, Some(1000), None).unwrap();
+        let e = inbox_trusted(&inbox).unwrap_err();
+        assert!(
+            e.contains("owned by uid 1000") && e.contains("chmod 0700"),
+            "{e}"
+        );
+        chown(&inbox, Some(0), None).unwrap();
+        let link = d.path().join("link");
+        symlink(&inbox, &link).unwrap();
+        assert!(inbox_trusted(&link)
+            .unwrap_err()
+            .contains("not a directory"));
+
+        let root = crate::root::Root::new(d.path());
+        let b = inbox.join("assets");
+        std::fs::write(&b, "##### x\n").unwrap();
+        mode(&b, 0o600);
+        Secrets::open(&root, Path::new("/inbox/assets")).unwrap();
+        chown(&b, Some(1000), Some(1000)).unwrap();
+        let e = Secrets::open(&root, Path::new("/inbox/assets"))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            e.contains("owned by uid 1000") && e.contains("sudo nodectl import"),
+            "{e}"
+        );
+        chown(&b, Some(0), Some(0)).unwrap();
+        mode(&b, 0o666);
+        let e = Secrets::open(&root, Path::new("/inbox/assets"))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("mode 0666"), "{e}");
     }
 
     #[test]
