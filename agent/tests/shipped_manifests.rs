@@ -90,6 +90,31 @@ fn the_shipped_manifests_parse_as_the_api_types_with_nothing_dropped() {
             "ValidatingAdmissionPolicyBinding"
         ]
     );
+    // Issue 37, 10: no Node beyond its own is readable to a node (the Node authorizer's own
+    // rule); the drain's cordon (patch, NodeRestriction keeps it to its own) and evictions only.
+    let rbac = shipped("rbac.yaml");
+    let role: serde_json::Value = serde_saphyr::from_multiple::<serde_json::Value>(&rbac)
+        .unwrap()
+        .into_iter()
+        .find(|d| d["kind"] == "ClusterRole")
+        .unwrap();
+    for rule in role["rules"].as_array().unwrap() {
+        let resources: Vec<&str> = rule["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r.as_str().unwrap())
+            .collect();
+        let verbs: Vec<&str> = rule["verbs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r.as_str().unwrap())
+            .collect();
+        if resources.contains(&"nodes") {
+            assert_eq!(verbs, ["patch"], "{rule}");
+        }
+    }
     // and a field in the wrong place is caught
     let bad = shipped("rbac.yaml").replacen("  name: ", "  nmae: ", 1);
     let e = check(&bad, "bad.yaml").unwrap_err();

@@ -1,7 +1,7 @@
 //! FleetLock decisions for this node, with the group's slots in a Lease ([`super::lease`]) and
 //! the drain through the API ([`super::drain`]):
 //!
-//! - pre-reboot: reclaim slots of vanished or stale holders (logged), take a slot, cordon, evict;
+//! - pre-reboot: reclaim slots of stale holders (logged), take a slot, cordon, evict;
 //!   grant (200) only once the node is drained, or once the drain timeout since the slot was
 //!   taken has passed (the answer and the status say which); otherwise 423 `draining` and
 //!   Zincati asks again;
@@ -239,26 +239,14 @@ impl LeaseCoordinator {
         self.ours(p)?;
         let (client, drainer) = self.client().await?;
         let lock = LeaseLock::new(client, &self.policy.namespace, &p.group);
-        let slots = self.take_slot(p, &lock, &drainer).await?;
+        let slots = self.take_slot(p, &lock).await?;
         self.drain(p, slots, &drainer).await
     }
 
-    /// Takes (or keeps) a slot of the group: reclaims the slots of vanished or stale holders,
+    /// Takes (or keeps) a slot of the group: reclaims the slots of stale holders,
     /// refuses outside the reboot windows and when every slot is held.
-    async fn take_slot(
-        &self,
-        p: &ClientParams,
-        lock: &LeaseLock,
-        drainer: &Drainer,
-    ) -> Result<Slots, Refusal> {
-        // Which holders' nodes still exist (asked before the read-modify-write, which is pure).
+    async fn take_slot(&self, p: &ClientParams, lock: &LeaseLock) -> Result<Slots, Refusal> {
         let current = lock.read().await.map_err(internal)?;
-        let mut gone = Vec::new();
-        for h in &current.holders {
-            if h.node != self.node && drainer.ready(&h.node).await.map_err(internal)?.is_none() {
-                gone.push(h.node.clone());
-            }
-        }
         // Outside the reboot windows no new slot is taken (a holder keeps going: a node half
         // drained is not left cordoned until the next window).
         if !current.holds(&self.node)
@@ -276,7 +264,7 @@ impl LeaseCoordinator {
         let stale = self.policy.stale_after.as_secs();
         let ((reclaimed, got), slots) = lock
             .modify(|s| {
-                let r = s.reclaim(now(), stale, |n| !gone.iter().any(|g| g == n));
+                let r = s.reclaim(now(), stale);
                 (
                     r,
                     s.acquire(&p.id, &node, &self.boot_id, now(), self.policy.slots),

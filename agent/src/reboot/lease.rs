@@ -6,7 +6,7 @@
 //! object's `resourceVersion`: two nodes racing for the last slot cannot both win (the loser gets
 //! 409 Conflict, reads again, and finds the group full).
 //!
-//! A node writes only its own entry: a reclaimed holder (stale, or its Node gone) is no longer
+//! A node writes only its own entry: a reclaimed holder (stale) is no longer
 //! counted but its entry stays until that node (or an administrator) removes it. So the
 //! ValidatingAdmissionPolicy in `packaging/kubernetes/reboot-lease-policy.yaml` can let each node
 //! add, change or remove only its own entry, whatever its credentials allow on the Lease.
@@ -259,7 +259,7 @@ mod tests {
         assert_eq!(bad, [entry_key("n3"), entry_key("n5")]);
         // A reclaimed holder stays among the entries written.
         let mut s = slots.clone();
-        s.reclaim(10_000, 60, |_| true);
+        s.reclaim(10_000, 60);
         assert!(s.holders.is_empty());
         assert_eq!(entries(&s).len(), 2);
     }

@@ -3,8 +3,9 @@
 //! the cluster: the client id (derived from the machine-id, which cloned images share) only
 //! authenticates a local request, so two nodes with one machine-id never share a slot. Recursive (a holder asking again keeps its
 //! slot, as FleetLock requires: Zincati holds no state across crashes), owned (only the holder
-//! releases), and self-healing: a slot whose holder stopped renewing it for longer than a limit,
-//! or whose node no longer exists, is reclaimed.
+//! releases), and self-healing: a slot whose holder stopped renewing it for longer than a limit
+//! is reclaimed (whether the holder's Node still exists is not asked: a node may read only its
+//! own Node object, and nodectl grants no more).
 //!
 //! Stored in a coordination.k8s.io/v1 Lease (see [`super::lease`]); this module only decides.
 
@@ -127,14 +128,8 @@ impl Slots {
         }
     }
 
-    /// Removes and returns the slots whose holder has not renewed for `stale_after` seconds or
-    /// whose node does not exist.
-    pub fn reclaim(
-        &mut self,
-        now: u64,
-        stale_after: u64,
-        node_exists: impl Fn(&str) -> bool,
-    ) -> Vec<(Holder, String)> {
+    /// Removes and returns the slots whose holder has not renewed for `stale_after` seconds.
+    pub fn reclaim(&mut self, now: u64, stale_after: u64) -> Vec<(Holder, String)> {
         let mut gone = Vec::new();
         // Times from the future (a clock ahead, or a node writing what it likes: every node may
         // update the Lease) are clamped to now, so such a slot ages like any other.
@@ -143,9 +138,7 @@ impl Slots {
             h.since = h.since.min(now);
         }
         self.holders.retain(|h| {
-            let why = if !node_exists(&h.node) {
-                Some(format!("node {} no longer exists", h.node))
-            } else if now.saturating_sub(h.renewed) > stale_after {
+            let why = if now.saturating_sub(h.renewed) > stale_after {
                 Some(format!(
                     "not renewed for {} s (limit {stale_after} s)",
                     now.saturating_sub(h.renewed)
@@ -219,18 +212,17 @@ mod tests {
     }
 
     #[test]
-    fn stale_holders_and_vanished_nodes_are_reclaimed() {
+    fn stale_holders_are_reclaimed() {
         let mut s = Slots::default();
         s.acquire("a", "n1", "boot-1", 0, 3);
-        s.acquire("b", "gone", "boot-1", 100, 3);
+        s.acquire("b", "n2", "boot-1", 100, 3);
         s.acquire("c", "n3", "boot-1", 3000, 3);
-        let out = s.reclaim(3700, 3600, |n| n != "gone");
+        let out = s.reclaim(3700, 3600);
         let ids: Vec<&str> = out.iter().map(|(h, _)| h.id.as_str()).collect();
-        assert_eq!(ids, ["a", "b"]);
+        assert_eq!(ids, ["a"]);
         assert!(out[0].1.contains("not renewed for 3700 s"), "{}", out[0].1);
-        assert!(out[1].1.contains("node gone no longer exists"));
-        assert_eq!(s.holders.len(), 1);
-        assert!(s.holds("n3"));
+        assert_eq!(s.holders.len(), 2);
+        assert!(s.holds("n2") && s.holds("n3"));
     }
 
     /// A steady-state in the boot the slot was granted in keeps it until the reboot counts as
@@ -254,9 +246,9 @@ mod tests {
     fn times_from_the_future_are_clamped_so_the_slot_ages() {
         let mut s = Slots::default();
         s.acquire("a", "n1", "boot-1", u64::MAX / 2, 1);
-        assert!(s.reclaim(1000, 3600, |_| true).is_empty());
+        assert!(s.reclaim(1000, 3600).is_empty());
         assert_eq!(s.holders[0].renewed, 1000);
-        let out = s.reclaim(1000 + 3601, 3600, |_| true);
+        let out = s.reclaim(1000 + 3601, 3600);
         assert_eq!(out.len(), 1, "{out:?}");
     }
 }

@@ -2,6 +2,8 @@
 //! answers them for a node's own credentials.
 //!
 //! Modelled from kubernetes/kubernetes:
+//! - `plugin/pkg/auth/authorizer/node/node_authorizer.go` `authorizeNode`: a node identity reads
+//!   only its own Node (the shipped RBAC grants nodes no more).
 //! - `plugin/pkg/admission/noderestriction/admission.go` `admitNode`: a node (`system:node:<n>`
 //!   in `system:nodes`) may change only its own Node ("node %q is not allowed to modify node
 //!   %q"), never its taints ("node %q is not allowed to modify taints"), nor labels under
@@ -36,6 +38,25 @@ pub(super) async fn route(
         Some((n, s)) => (n.to_string(), Some(s.to_string())),
         None => (rest.to_string(), None),
     };
+    // plugin/pkg/auth/authorizer/node/node_authorizer.go `authorizeNode` (AuthorizeNodeWithSelectors,
+    // on by default since 1.32): a node reads only its own Node ("node '%s' cannot read '%s',
+    // only its own Node object"; a list: "cannot read all nodes"); beyond that only RBAC could
+    // allow it, and the shipped rbac.yaml grants no `get nodes`.
+    if req.method() == Method::GET && user.groups.iter().any(|g| g == "system:nodes") {
+        let own = user.name.strip_prefix("system:node:").unwrap_or_default();
+        if name.is_empty() {
+            return forbidden(
+                "",
+                &format!("node '{own}' cannot read all nodes, only its own Node object"),
+            );
+        }
+        if name != own {
+            return forbidden(
+                &name,
+                &format!("node '{own}' cannot read '{name}', only its own Node object"),
+            );
+        }
+    }
     match (req.method().clone(), name.is_empty(), sub.as_deref()) {
         (Method::GET, true, None) => {
             let st = inner.state.lock().expect("state");
