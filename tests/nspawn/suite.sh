@@ -169,15 +169,22 @@ exec 3<>/dev/tcp/127.0.0.1/"${3:-9455}" || exit 1
 printf 'POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nfleet-lock-protocol: true\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s' "$1" "${#body}" "$body" >&3
 cat <&3
 CLIENT
-fleetlock() { # PATH ID [PORT] -> the HTTP response
+fleetlock() { # PATH ID [PORT] -> the HTTP response; in zincati.service, as Zincati runs
   local u=${AS:-zincati}
-  setpriv --reuid="$u" --regid="$(id -g "$u")" --init-groups env GROUP="${GROUP:-workers}" bash /tmp/fleetlock-client "$@"
+  if [ -n "${OUTSIDE:-}" ]; then  # (the uid only, outside the unit)
+    setpriv --reuid="$u" --regid="$(id -g "$u")" --init-groups env GROUP="${GROUP:-workers}" bash /tmp/fleetlock-client "$@"
+  else
+    systemd-run --quiet --wait --pipe --collect --unit=zincati.service --uid="$u" \
+      -E GROUP="${GROUP:-workers}" bash /tmp/fleetlock-client "$@"
+  fi
 }
 out=$(AS=nobody fleetlock /v1/pre-reboot "$id")
 check "a request from another uid (nobody) gets 403" grep -q '^HTTP/1.1 403' <<<"$out"
 check "...with a JSON error (forbidden_peer)" grep -q '"kind":"forbidden_peer"' <<<"$out"
 out=$(AS=root fleetlock /v1/pre-reboot "$id")
 check "root too (only reboot.fleetlock_users, default zincati)" grep -q '"kind":"forbidden_peer"' <<<"$out"
+out=$(OUTSIDE=1 fleetlock /v1/pre-reboot "$id")
+check "zincati's uid outside zincati.service too (reboot.fleetlock_units)" grep -q '"kind":"forbidden_peer"' <<<"$out"
 expect "and nothing changed: state idle, no holder" "$(nodectl status --json | jq -c '[.reboot.state, (.reboot.holders | length)]')" '["idle",0]'
 out=$(GROUP=elsewhere fleetlock /v1/pre-reboot "$id")
 check "a group other than reboot.group is refused (group_not_served)" grep -q '"kind":"group_not_served"' <<<"$out"

@@ -170,6 +170,7 @@ pub(crate) struct RebootSection {
     pub(crate) stale_after_secs: Option<i64>,
     pub(crate) abandon_after_secs: Option<i64>,
     pub(crate) fleetlock_users: Option<Vec<String>>,
+    pub(crate) fleetlock_units: Option<Vec<String>>,
     pub(crate) wait_for_inhibitors: Option<bool>,
     pub(crate) windows: Option<Vec<String>>,
     pub(crate) time_zone: Option<String>,

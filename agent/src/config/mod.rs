@@ -412,6 +412,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(ok.reboot_policy.fleetlock_users, ["zincati"]);
+        assert_eq!(ok.reboot_policy.fleetlock_units, ["zincati.service"]);
         assert_eq!(ok.reboot_policy.abandon_after_secs, 1800);
         for (text, key) in [
             (
@@ -421,6 +422,14 @@ mod tests {
             (
                 "[reboot]\nfleetlock_users = [\"\"]\n",
                 "reboot.fleetlock_users",
+            ),
+            (
+                "[reboot]\nfleetlock_units = [\"../zincati.service\"]\n",
+                "reboot.fleetlock_units",
+            ),
+            (
+                "[reboot]\nfleetlock_units = [\"zincati\"]\n",
+                "reboot.fleetlock_units",
             ),
             (
                 "[reboot]\nabandon_after_secs = 0\n",

@@ -52,6 +52,8 @@ pub(crate) const DEFAULT_STALE_AFTER_SECS: i64 = 3600;
 pub(crate) const DEFAULT_ABANDON_AFTER_SECS: i64 = 1800;
 /// The local users whose FleetLock requests are served (Zincati runs as `zincati`).
 pub(crate) const DEFAULT_FLEETLOCK_USERS: &[&str] = &["zincati"];
+/// The units whose processes' FleetLock requests are served (Zincati's).
+pub(crate) const DEFAULT_FLEETLOCK_UNITS: &[&str] = &["zincati.service"];
 
 /// The most concurrent reboots a group may allow.
 pub const MAX_GROUP_SLOTS: i64 = 10_000;
@@ -93,6 +95,9 @@ pub struct RebootPolicy {
     pub abandon_after_secs: u64,
     /// The local users (Zincati's) whose FleetLock requests are served; others get 403.
     pub fleetlock_users: Vec<String>,
+    /// The units (in `system.slice`) whose processes' FleetLock requests are served: the
+    /// client socket must have been made in one of their cgroups.
+    pub fleetlock_units: Vec<String>,
     /// update_engine and reboot-required: after the drain, wait while a logind block
     /// inhibitor on shutdown is held ("don't reboot while work is running").
     #[serde(default)]
@@ -117,6 +122,26 @@ fn fleetlock_users(f: &RebootSection, c: &Check) -> Result<Vec<String>, ConfigEr
                     Ok(u.clone())
                 } else {
                     Err(c.bad("reboot.fleetlock_users", u))
+                }
+            })
+            .collect(),
+    }
+}
+
+/// Validates `reboot.fleetlock_units`.
+fn fleetlock_units(f: &RebootSection, c: &Check) -> Result<Vec<String>, ConfigError> {
+    match &f.fleetlock_units {
+        None => Ok(DEFAULT_FLEETLOCK_UNITS
+            .iter()
+            .map(|u| u.to_string())
+            .collect()),
+        Some(list) => list
+            .iter()
+            .map(|u| {
+                if names::is_service_unit(u) {
+                    Ok(u.clone())
+                } else {
+                    Err(c.bad("reboot.fleetlock_units", u))
                 }
             })
             .collect(),
@@ -189,6 +214,7 @@ impl RebootPolicy {
                 (5, 86_400),
             )? as u64,
             fleetlock_users: fleetlock_users(f, c)?,
+            fleetlock_units: fleetlock_units(f, c)?,
             wait_for_inhibitors: f.wait_for_inhibitors.unwrap_or(false),
             windows: f
                 .windows

@@ -154,6 +154,12 @@ pub(crate) const SCHEMA: &[(&str, &str, Kind, &str)] = &[
     ),
     (
         "reboot",
+        "fleetlock_units",
+        Kind::List,
+        "a list of systemd service names (NAME.service)",
+    ),
+    (
+        "reboot",
         "windows",
         Kind::List,
         "a list of windows like \"Sat,Sun 23:30 60m\" (days, start, length)",

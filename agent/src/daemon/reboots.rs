@@ -189,7 +189,8 @@ async fn start(
 }
 
 /// The uids of `reboot.fleetlock_users` (a user this node does not have is logged and left out:
-/// nobody may call as it).
+/// nobody may call as it) and the cgroups of `reboot.fleetlock_units` (system services: the
+/// kernel's cgroup tree, not a node file).
 fn callers(root: &Root, p: &RebootPolicy) -> crate::reboot::fleetlock::Callers {
     let mut c = crate::reboot::fleetlock::Callers::default();
     for name in &p.fleetlock_users {
@@ -200,6 +201,11 @@ fn callers(root: &Root, p: &RebootPolicy) -> crate::reboot::fleetlock::Callers {
             }
         }
         c.names.push(name.clone());
+    }
+    for unit in &p.fleetlock_units {
+        c.cgroups
+            .push(std::path::Path::new("/sys/fs/cgroup/system.slice").join(unit));
+        c.units.push(unit.clone());
     }
     c
 }

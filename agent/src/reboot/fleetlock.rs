@@ -235,44 +235,70 @@ fn json_refusal(r: &Refusal) -> Response<Full<Bytes>> {
         .expect("response")
 }
 
-/// Who may call the endpoint: the uids of `reboot.fleetlock_users`.
+/// Who may call the endpoint: a process of one of `reboot.fleetlock_units` (its cgroup) running
+/// as one of `reboot.fleetlock_users`.
 #[derive(Clone, Debug, Default)]
 pub struct Callers {
     /// The allowed uids.
     pub uids: Vec<u32>,
     /// Their names, for refusals.
     pub names: Vec<String>,
+    /// The cgroup directories (`/sys/fs/cgroup/system.slice/zincati.service`) whose processes
+    /// may call; looked up at each connection (a unit's cgroup is made anew at each start).
+    pub cgroups: Vec<std::path::PathBuf>,
+    /// The units' names, for refusals.
+    pub units: Vec<String>,
 }
 
-/// A connection's peer: its socket's uid and whether it may call.
+/// A connection's peer: its socket's owner and whether it may call.
 #[derive(Clone, Debug)]
 pub(crate) struct Peer {
-    uid: Option<u32>,
+    owner: Option<super::peer::Owner>,
     allowed: bool,
 }
 
 impl Peer {
-    fn of(local: std::net::SocketAddr, peer: std::net::SocketAddr, callers: &Callers) -> Peer {
-        let uid = super::peer::uid(local, peer).unwrap_or_else(|e| {
-            tracing::warn!("FleetLock endpoint: looking up a connection's owner: {e}");
-            None
-        });
+    fn nobody() -> Peer {
         Peer {
-            uid,
-            allowed: uid.is_some_and(|u| callers.uids.contains(&u)),
+            owner: None,
+            allowed: false,
         }
     }
 
+    /// Served only when the kernel has the client's socket established, owned by an allowed
+    /// uid and made in an allowed unit's cgroup (a process outside it that took Zincati's uid,
+    /// or a closed socket, is not Zincati).
+    fn of(local: std::net::SocketAddr, peer: std::net::SocketAddr, callers: &Callers) -> Peer {
+        let owner = super::peer::owner(local, peer).unwrap_or_else(|e| {
+            tracing::warn!("FleetLock endpoint: looking up a connection's owner: {e}");
+            None
+        });
+        let allowed = owner.is_some_and(|o| {
+            o.established
+                && callers.uids.contains(&o.uid)
+                && o.cgroup.is_some_and(|id| {
+                    callers
+                        .cgroups
+                        .iter()
+                        .any(|d| super::peer::cgroup_id(d) == Some(id))
+                })
+        });
+        Peer { owner, allowed }
+    }
+
     fn refusal(&self, callers: &Callers) -> Refusal {
-        let who = self
-            .uid
-            .map_or_else(|| "an unknown uid".to_string(), |u| format!("uid {u}"));
+        let who = match self.owner {
+            None => "an unknown socket".to_string(),
+            Some(o) if !o.established => format!("a socket no longer connected (uid {})", o.uid),
+            Some(o) => format!("uid {}", o.uid),
+        };
         Refusal::new(
             StatusCode::FORBIDDEN,
             "forbidden_peer",
             format!(
-                "the connection is from {who}; only {} may call (reboot.fleetlock_users)",
-                callers.names.join(", ")
+                "the connection is from {who}; only {} in {} may call (reboot.fleetlock_users, reboot.fleetlock_units)",
+                callers.names.join(", "),
+                callers.units.join(", ")
             ),
         )
     }
@@ -426,14 +452,8 @@ pub async fn serve<C: Coordinator>(listener: tokio::net::TcpListener, c: Arc<C>,
             let peer = match addrs {
                 (Ok(l), Ok(p)) => tokio::task::spawn_blocking(move || Peer::of(l, p, &who))
                     .await
-                    .unwrap_or(Peer {
-                        uid: None,
-                        allowed: false,
-                    }),
-                _ => Peer {
-                    uid: None,
-                    allowed: false,
-                },
+                    .unwrap_or_else(|_| Peer::nobody()),
+                _ => Peer::nobody(),
             };
             flag.store(peer.allowed, Ordering::Relaxed);
             let svc = hyper::service::service_fn(move |req| {

@@ -5,7 +5,7 @@ pub mod coordinator;
 pub mod drain;
 pub mod fleetlock;
 pub mod lease;
-pub(crate) mod peer;
+pub mod peer;
 pub mod reboot_required;
 pub mod slots;
 pub mod update_engine;

@@ -1,43 +1,62 @@
-//! Who is at the other end of a loopback TCP connection: the uid owning the client's socket, from
-//! the running kernel's socket tables (`/proc/net/tcp` and `tcp6`: `sl local_address
-//! rem_address st ... uid ...`). FleetLock has no authentication; this is how nodectld serves
-//! Zincati only. These are the kernel's tables, not the node's files: read from this process's
-//! /proc, never through a sysroot.
+//! Who is at the other end of a loopback TCP connection: the client's socket, asked of the
+//! kernel by its four addresses (`NETLINK_SOCK_DIAG`, one exact `inet_diag` request: no table
+//! read, however many sockets the node has), with its state, the uid that owns it and the
+//! cgroup of the process that made it. FleetLock has no authentication; this is how nodectld
+//! serves Zincati only: a process's uid is not enough (a root process may `setuid` to Zincati's
+//! before `socket()`), the cgroup says which unit's process made the socket, and a socket no
+//! longer established (closed, in `TIME_WAIT`: uid 0, no inode) is nobody's. These are the
+//! kernel's sockets, not the node's files: never through a sysroot.
 
-use std::io::Read as _;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
 
-/// The tables are read up to this size (a few hundred thousand sockets).
-const MAX_TABLE: u64 = 64 << 20;
+use netlink_packet_core::{NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_REQUEST};
+use netlink_packet_sock_diag::constants::{AF_INET, AF_INET6, IPPROTO_TCP, TCP_ESTABLISHED};
+use netlink_packet_sock_diag::inet::nlas::Nla;
+use netlink_packet_sock_diag::inet::{ExtensionFlags, InetRequest, SocketId, StateFlags};
+use netlink_packet_sock_diag::SockDiagMessage;
+use netlink_packet_utils::nla::Nla as _;
+use netlink_sys::{protocols::NETLINK_SOCK_DIAG, Socket};
 
-/// The uid owning the client socket `peer` connected to `local` (both as the server sees the
-/// connection); `None` when no table has it (it closed meanwhile).
-pub(crate) fn uid(local: SocketAddr, peer: SocketAddr) -> std::io::Result<Option<u32>> {
-    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
-        let mut text = String::new();
-        match std::fs::File::open(table) {
-            Ok(f) => f.take(MAX_TABLE).read_to_string(&mut text)?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-            Err(e) => return Err(e),
-        };
-        if let Some(u) = find(&text, peer, local) {
-            return Ok(Some(u));
+/// `INET_DIAG_CGROUP_ID` (include/uapi/linux/inet_diag.h): the cgroup v2 id of the socket's
+/// creator, filled by `inet_diag_msg_attrs_fill` (net/ipv4/inet_diag.c) for a full socket.
+const INET_DIAG_CGROUP_ID: u16 = 21;
+/// The kernel answers at once; a reply later than this is treated as none.
+const REPLY_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// The client's socket as the kernel has it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Owner {
+    pub uid: u32,
+    /// The socket is established (a `TIME_WAIT` or closing one belongs to nobody).
+    pub established: bool,
+    /// The cgroup (v2 id: its directory's inode number) the socket was made in.
+    pub cgroup: Option<u64>,
+}
+
+/// The client socket `peer` connected to `local` (both as the server sees the connection);
+/// `None` when the kernel has no such socket (it closed meanwhile).
+pub(crate) fn owner(local: SocketAddr, peer: SocketAddr) -> std::io::Result<Option<Owner>> {
+    let (local, peer) = (canonical(local), canonical(peer));
+    // An IPv4 client's socket, or a dual-stack one that reached an IPv4 listener.
+    let mut families = vec![family(&peer)];
+    if let (IpAddr::V4(_), IpAddr::V4(_)) = (peer.ip(), local.ip()) {
+        families.push(AF_INET6);
+    }
+    for f in families {
+        if let Some(o) = ask(f, peer, local)? {
+            return Ok(Some(o));
         }
     }
     Ok(None)
 }
 
-/// In a socket table, the uid of the socket whose local address is `from` and remote `to`.
-fn find(table: &str, from: SocketAddr, to: SocketAddr) -> Option<u32> {
-    let (from, to) = (canonical(from), canonical(to));
-    table.lines().skip(1).find_map(|l| {
-        let f: Vec<&str> = l.split_whitespace().collect();
-        if f.len() > 7 && parse(f[1]) == Some(from) && parse(f[2]) == Some(to) {
-            f[7].parse().ok()
-        } else {
-            None
-        }
-    })
+fn family(a: &SocketAddr) -> u8 {
+    if a.is_ipv4() {
+        AF_INET
+    } else {
+        AF_INET6
+    }
 }
 
 /// IPv4-mapped IPv6 addresses as IPv4 (a dual-stack socket's view of an IPv4 peer).
@@ -45,65 +64,178 @@ fn canonical(a: SocketAddr) -> SocketAddr {
     SocketAddr::new(a.ip().to_canonical(), a.port())
 }
 
-/// `0100007F:1F90`: the address as 32-bit words in host (little-endian) byte order, one for
-/// IPv4, four for IPv6, then the port, all in hex.
-fn parse(s: &str) -> Option<SocketAddr> {
-    let (addr, port) = s.split_once(':')?;
-    let port = u16::from_str_radix(port, 16).ok()?;
-    let words: Vec<u32> = (0..addr.len() / 8)
-        .map(|i| u32::from_str_radix(addr.get(8 * i..8 * i + 8)?, 16).ok())
-        .collect::<Option<_>>()?;
-    let ip = match (addr.len(), words.as_slice()) {
-        (8, [w]) => IpAddr::V4(Ipv4Addr::from(w.to_le_bytes())),
-        (32, ws) => {
-            let mut b = [0u8; 16];
-            for (i, w) in ws.iter().enumerate() {
-                b[4 * i..4 * i + 4].copy_from_slice(&w.to_le_bytes());
-            }
-            IpAddr::V6(Ipv6Addr::from(b))
-        }
-        _ => return None,
+/// As an `AF_INET6` socket sees an IPv4 address: `::ffff:a.b.c.d`.
+fn as_family(ip: IpAddr, family: u8) -> IpAddr {
+    match (ip, family) {
+        (IpAddr::V4(v4), f) if f == AF_INET6 => IpAddr::V6(v4.to_ipv6_mapped()),
+        (ip, _) => ip,
+    }
+}
+
+/// One exact `SOCK_DIAG_BY_FAMILY` request for the socket whose local address is `from` and
+/// remote `to` (`inet_diag_dump_one_icsk`: looked up by its addresses, no dump).
+fn ask(family: u8, from: SocketAddr, to: SocketAddr) -> std::io::Result<Option<Owner>> {
+    let mut socket = Socket::new(NETLINK_SOCK_DIAG)?;
+    socket.bind_auto()?;
+    socket.connect(&netlink_sys::SocketAddr::new(0, 0))?;
+    set_timeout(&socket)?;
+    let mut id = if family == AF_INET {
+        SocketId::new_v4()
+    } else {
+        SocketId::new_v6()
     };
-    Some(SocketAddr::new(ip.to_canonical(), port))
+    id.source_port = from.port();
+    id.destination_port = to.port();
+    id.source_address = as_family(from.ip(), family);
+    id.destination_address = as_family(to.ip(), family);
+    id.cookie = [0xff; 8]; // INET_DIAG_NOCOOKIE
+    let mut header = NetlinkHeader::default();
+    header.flags = NLM_F_REQUEST;
+    let mut packet = NetlinkMessage::new(
+        header,
+        SockDiagMessage::InetRequest(InetRequest {
+            family,
+            protocol: IPPROTO_TCP,
+            extensions: ExtensionFlags::empty(),
+            states: StateFlags::all(),
+            socket_id: id,
+        })
+        .into(),
+    );
+    packet.finalize();
+    let mut out = vec![0; packet.buffer_len()];
+    packet.serialize(&mut out);
+    socket.send(&out, 0)?;
+    // One reply: the socket, or an error (ENOENT: no such socket).
+    let mut buf = vec![0u8; 8192];
+    let n = socket.recv(&mut &mut buf[..], 0)?;
+    let reply = NetlinkMessage::<SockDiagMessage>::deserialize(&buf[..n])
+        .map_err(|e| std::io::Error::other(format!("sock_diag reply: {e}")))?;
+    Ok(match reply.payload {
+        NetlinkPayload::InnerMessage(SockDiagMessage::InetResponse(r)) => {
+            let cgroup = r.nlas.iter().find_map(|nla| match nla {
+                Nla::Other(a) if a.kind() == INET_DIAG_CGROUP_ID && a.value_len() == 8 => {
+                    let mut v = [0u8; 8];
+                    a.emit_value(&mut v);
+                    Some(u64::from_ne_bytes(v))
+                }
+                _ => None,
+            });
+            Some(Owner {
+                uid: r.header.uid,
+                established: r.header.state == TCP_ESTABLISHED && r.header.inode != 0,
+                cgroup,
+            })
+        }
+        _ => None,
+    })
+}
+
+fn set_timeout(socket: &Socket) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let tv = libc::timeval {
+        tv_sec: REPLY_TIMEOUT.as_secs() as libc::time_t,
+        tv_usec: 0,
+    };
+    // SAFETY: a valid descriptor and a timeval of the size given.
+    let rc = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVTIMEO,
+            (&tv as *const libc::timeval).cast(),
+            std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// The id of the cgroup (v2) at `dir` (`/sys/fs/cgroup/...`): its directory's inode number,
+/// which is what the kernel reports as a socket's cgroup id (kernfs node id). `None` when the
+/// cgroup does not exist (the unit is not running).
+pub(crate) fn cgroup_id(dir: &std::path::Path) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(dir)
+        .ok()
+        .filter(|m| m.is_dir())
+        .map(|m| m.ino())
+}
+
+/// This process's cgroup directory (`0::/path` in `/proc/self/cgroup`, under `/sys/fs/cgroup`).
+pub fn own_cgroup_dir() -> Option<std::path::PathBuf> {
+    let text = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let path = text.lines().find_map(|l| l.strip_prefix("0::"))?;
+    Some(std::path::Path::new("/sys/fs/cgroup").join(path.trim_start_matches('/')))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    const TCP: &str = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
-   0: 0100007F:24EF 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1 1 0000000000000000 100 0 0 10 0
-   1: 0100007F:24EF 0100007F:D431 01 00000000:00000000 00:00000000 00000000     0        0 2 1 0000000000000000 20 4 30 10 -1
-   2: 0100007F:D431 0100007F:24EF 01 00000000:00000000 00:00000000 00000000   977        0 3 1 0000000000000000 20 4 30 10 -1
-";
-    const TCP6: &str = "  sl  local_address                         remote_address                        st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
-   0: 00000000000000000000000001000000:24EF 00000000000000000000000001000000:C350 01 00000000:00000000 00:00000000 00000000  1000        0 4 1 0000000000000000 20 4 0 10 -1
-";
-
+    /// Issue 37, 4 and 5: the kernel answers for the one socket asked: its owner, that it is
+    /// established, and the cgroup it was made in, which is this process's (the directory's
+    /// inode number); a socket that closed (the client's end in `TIME_WAIT`: uid 0, no inode)
+    /// is not established.
     #[test]
-    fn the_client_sockets_owner_is_found() {
-        let server: SocketAddr = "127.0.0.1:9455".parse().unwrap();
-        let client: SocketAddr = "127.0.0.1:54321".parse().unwrap();
-        assert_eq!(find(TCP, client, server), Some(977));
-        // (the server's own accepted socket is root's; it is not the one asked for)
-        assert_eq!(find(TCP, server, client), Some(0));
-        assert_eq!(find(TCP, "127.0.0.1:1".parse().unwrap(), server), None);
-        let v6: SocketAddr = "[::1]:9455".parse().unwrap();
-        assert_eq!(find(TCP6, v6, "[::1]:50000".parse().unwrap()), Some(1000));
-        // A dual-stack listener sees an IPv4 client as ::ffff:127.0.0.1.
-        let mapped: SocketAddr = "[::ffff:127.0.0.1]:54321".parse().unwrap();
-        assert_eq!(find(TCP, mapped, server), Some(977));
-        assert_eq!(parse("zz:1"), None);
-        assert_eq!(parse("0100007F"), None);
+    fn a_live_connection_is_this_processs_and_a_closed_one_nobodys() {
+        for addr in ["127.0.0.1:0", "[::1]:0"] {
+            let Ok(l) = std::net::TcpListener::bind(addr) else {
+                continue; // (no IPv6 here)
+            };
+            let c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+            let (s, peer) = l.accept().unwrap();
+            assert_eq!(peer, c.local_addr().unwrap());
+            let me = nix::unistd::geteuid().as_raw();
+            let o = owner(s.local_addr().unwrap(), peer)
+                .unwrap()
+                .expect("the socket");
+            assert_eq!((o.uid, o.established), (me, true), "{addr}");
+            let mine = own_cgroup_dir().and_then(|d| cgroup_id(&d));
+            assert!(mine.is_some(), "cgroup v2 here");
+            assert_eq!(
+                o.cgroup, mine,
+                "{addr}: the socket's cgroup is this process's"
+            );
+            // The client closes first: its end goes to TIME_WAIT once the server's closes too.
+            drop(c);
+            drop(s);
+            std::thread::sleep(Duration::from_millis(50));
+            let o = owner(l.local_addr().unwrap(), peer).unwrap();
+            assert!(
+                o.is_none_or(|o| !o.established && o.uid == 0),
+                "{addr}: {o:?}"
+            );
+        }
     }
 
+    /// A connection accepted by a dual-stack listener from an IPv4 client is found too.
     #[test]
-    fn a_live_connection_is_this_processs() {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    fn an_ipv4_client_of_a_dual_stack_listener_is_found() {
+        let Ok(l) = std::net::TcpListener::bind("[::]:0") else {
+            return;
+        };
+        let port = l.local_addr().unwrap().port();
+        let c = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
         let (s, peer) = l.accept().unwrap();
-        assert_eq!(peer, c.local_addr().unwrap());
-        let me = nix::unistd::geteuid().as_raw();
-        assert_eq!(uid(s.local_addr().unwrap(), peer).unwrap(), Some(me));
+        assert_eq!(canonical(peer), c.local_addr().unwrap());
+        let o = owner(s.local_addr().unwrap(), peer)
+            .unwrap()
+            .expect("found");
+        assert!(o.established);
+    }
+
+    /// A socket nobody has: none.
+    #[test]
+    fn no_such_socket_is_none() {
+        let o = owner(
+            "127.0.0.1:9".parse().unwrap(),
+            "127.0.0.1:1".parse().unwrap(),
+        )
+        .unwrap();
+        assert_eq!(o, None);
     }
 }

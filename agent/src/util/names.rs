@@ -148,6 +148,18 @@ pub(crate) fn is_user_name(u: &str) -> bool {
             .all(|&c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'_' || c == b'-')
 }
 
+/// A systemd service unit name (systemd's `unit_name_is_valid`: at most 255 bytes, of
+/// `[A-Za-z0-9:_.\\-]`, an `@` instance allowed), ending in `.service`; not a path.
+pub(crate) fn is_service_unit(u: &str) -> bool {
+    u.len() <= 255
+        && u.strip_suffix(".service").is_some_and(|stem| {
+            !stem.is_empty()
+                && stem
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || ":_.\\-@".contains(c))
+        })
+}
+
 pub(crate) fn valid_group(g: &str) -> bool {
     !g.is_empty()
         && g.chars()

@@ -94,11 +94,13 @@ struct Endpoint {
     _server: tokio::task::JoinHandle<()>,
 }
 
-/// Zincati's uid here: this test process's, so its requests are served.
+/// Zincati's uid and unit here: this test process's (its cgroup), so its requests are served.
 fn this_uid() -> fleetlock::Callers {
     fleetlock::Callers {
         uids: vec![nix::unistd::geteuid().as_raw()],
         names: vec!["zincati".into()],
+        cgroups: vec![nodectl::reboot::peer::own_cgroup_dir().expect("cgroup v2")],
+        units: vec!["zincati.service".into()],
     }
 }
 
@@ -399,7 +401,7 @@ async fn zincati_drives_two_nodes_through_one_slot_with_drain_and_readiness() {
     // nothing asked of the coordinator.
     let others = fleetlock::Callers {
         uids: vec![nix::unistd::geteuid().as_raw() + 1],
-        names: vec!["zincati".into()],
+        ..this_uid()
     };
     let n4 = endpoint_with(&api, "n4", "id4", Policy::default(), None, others).await;
     let (s, b) = post(
@@ -411,13 +413,35 @@ async fn zincati_drives_two_nodes_through_one_slot_with_drain_and_readiness() {
     )
     .await;
     assert_eq!((s, kind(&b)), (403, "forbidden_peer".into()), "{b}");
-    assert!(b.contains("only zincati may call"), "{b}");
+    assert!(
+        b.contains("only zincati in zincati.service may call"),
+        "{b}"
+    );
     note(s, &b);
     assert_eq!(n4.coordinator.status().state, "idle");
     assert!(api
         .lease_history()
         .iter()
         .all(|l| !l.to_string().contains("n4")));
+
+    // Issue 37, 4: the allowed uid but a socket made outside the allowed unit's cgroup (a
+    // process that took Zincati's uid): refused the same way.
+    let mine = nodectl::reboot::peer::own_cgroup_dir().unwrap();
+    let elsewhere = fleetlock::Callers {
+        cgroups: vec![mine.parent().unwrap().to_path_buf()],
+        ..this_uid()
+    };
+    let n5 = endpoint_with(&api, "n5", "id5", Policy::default(), None, elsewhere).await;
+    let (s, b) = post(
+        n5.addr,
+        "POST",
+        fleetlock::PRE_REBOOT,
+        true,
+        &params("id5", "default"),
+    )
+    .await;
+    assert_eq!((s, kind(&b)), (403, "forbidden_peer".into()), "{b}");
+    assert_eq!(n5.coordinator.status().state, "idle");
 
     // A declared body far over the limit is refused unread; a body that never comes, in time.
     let (s, b) = raw(n1.addr, &head(99_000_000_000)).await;

@@ -7,6 +7,8 @@
 #       certificate's expiry; kubelet stops on SIGTERM
 #   K2  flannel: flannel.1 created without an address keeps its MAC with nodectld's link file;
 #       without it (provider changed away from flannel: nodectld removes the file) udev rewrites it
+#   K6  a bootstrap kubeconfig a container plants: not used, nothing of the node's identity moves
+#   K7  FleetLock: a root process with zincati's uid outside zincati.service is refused
 #   K5  the release build's idle footprint on that node: RSS and anonymous memory (guards; the
 #       8 MiB RSS target is not met), no pass and (almost) no CPU in 30 s without events
 # /test holds: check.sh, lib.sh, nodectld, nodectld-release, nodectl, nodectld.service,
@@ -167,6 +169,26 @@ check "K5 idle anonymous memory $anon kB <= 8 MiB (what a pass freed is given ba
 expect "K5 no pass in 30 s idle (no polling)" "$passes1" "$passes0"
 # (each `nodectl status` above is a D-Bus call: a few ticks at most)
 check "K5 under 0.1 s of CPU in 30 s idle ($((cpu1 - cpu0)) ticks)" test $((cpu1 - cpu0)) -le 10
+
+echo "## K7: FleetLock serves Zincati's unit, not whoever takes its uid"
+# Issue 37, 4: a root process can setuid to zincati before socket(); the kernel's socket table
+# then shows zincati's uid. nodectld asks the kernel (sock_diag) for the client socket's cgroup.
+id zincati >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin zincati
+cat >/tmp/fl-client <<'CLIENT'
+body='{"client_params":{"id":"0123456789abcdef0123456789abcdef","group":"workers"}}'
+exec 3<>/dev/tcp/127.0.0.1/9455 || exit 1
+printf 'POST /v1/pre-reboot HTTP/1.1\r\nHost: 127.0.0.1\r\nfleet-lock-protocol: true\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s' "${#body}" "$body" >&3
+cat <&3
+CLIENT
+in_unit() { systemd-run --quiet --wait --pipe --collect --unit="$1" --uid=zincati bash /tmp/fl-client; }
+out=$(setpriv --reuid=zincati --regid="$(id -g zincati)" --init-groups bash /tmp/fl-client)
+echo "  | root as zincati's uid, outside zincati.service: $(tail -1 <<<"$out" | cut -c1-160)"
+check "K7 a root process with zincati's uid outside zincati.service is refused" grep -q '"kind":"forbidden_peer"' <<<"$out"
+out=$(in_unit other.service)
+check "K7 zincati's uid in another unit is refused" grep -q '"kind":"forbidden_peer"' <<<"$out"
+out=$(in_unit zincati.service)
+echo "  | zincati in zincati.service: $(tail -1 <<<"$out" | cut -c1-160)"
+check "K7 zincati in zincati.service is served (another node's id: wrong_node, not forbidden_peer)" grep -q '"kind":"wrong_node"' <<<"$out"
 rm /etc/nodectl/config.d/30-reboot.toml
 stop_apiserver_double
 
