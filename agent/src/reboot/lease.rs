@@ -114,6 +114,15 @@ fn entries(s: &Slots) -> std::collections::BTreeMap<&str, &super::slots::Holder>
         .collect()
 }
 
+/// `spec.leaseTransitions` after `taken` more slots were taken: saturating, since the stored
+/// count is whatever the Lease holds (a value near `i32::MAX` must not wrap to a negative count,
+/// as a plain `+` does in a release build, nor panic in a debug one).
+fn transitions(stored: Option<i32>, taken: usize) -> i32 {
+    stored
+        .unwrap_or(0)
+        .saturating_add(i32::try_from(taken).unwrap_or(i32::MAX))
+}
+
 impl LeaseLock {
     /// The lock for `group`'s Lease in `namespace` (nothing is read or created yet).
     pub fn new(client: kube::Client, namespace: &str, group: &str) -> Self {
@@ -185,7 +194,7 @@ impl LeaseLock {
                 .holders
                 .iter()
                 .filter(|h| !before.holds(&h.node))
-                .count() as i32;
+                .count();
             let mut lease = current.clone().unwrap_or_default();
             lease.metadata.name = Some(self.name.clone());
             let (was, now) = (entries(&before), entries(&slots));
@@ -207,7 +216,7 @@ impl LeaseLock {
             }
             let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
             spec.holder_identity = slots.holders.first().map(|h| h.node.clone());
-            spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0) + taken);
+            spec.lease_transitions = Some(transitions(spec.lease_transitions, taken));
             let written = match &current {
                 None => self.api.create(&PostParams::default(), &lease).await,
                 Some(_) => {
@@ -262,6 +271,16 @@ mod tests {
         s.reclaim(10_000, 60);
         assert!(s.holders.is_empty());
         assert_eq!(entries(&s).len(), 2);
+    }
+
+    #[test]
+    fn lease_transitions_saturate_instead_of_wrapping() {
+        assert_eq!(transitions(None, 1), 1);
+        assert_eq!(transitions(Some(41), 1), 42);
+        assert_eq!(transitions(Some(7), 0), 7);
+        assert_eq!(transitions(Some(i32::MAX), 1), i32::MAX);
+        assert_eq!(transitions(Some(i32::MAX - 1), 5), i32::MAX);
+        assert_eq!(transitions(Some(0), usize::MAX), i32::MAX);
     }
 
     #[test]

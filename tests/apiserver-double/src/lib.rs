@@ -886,27 +886,109 @@ fn is_dns_subdomain(s: &str) -> bool {
 }
 
 /// The ValidatingAdmissionPolicy `nodectl-reboot-lease-entries`
-/// (packaging/kubernetes/reboot-lease-policy.yaml), as the API server would evaluate its two
-/// CEL validations for a request from `system:node:<name>`: every entry key
-/// (`*.reboot-holders.nodectl.io/slot`) added or changed, and every one removed, is the node's
-/// own. Other users (administrators) are not matched.
-fn lease_entries_policy(user: &User, old: Option<&Value>, new: &Value) -> Result<(), &'static str> {
+/// (packaging/kubernetes/reboot-lease-policy.yaml), as the API server would evaluate it for a
+/// write of the Lease `new` over `old` (`None` on CREATE) by `user`. Matched: every member of
+/// `system:nodes` and every `system:node:*` name (administrators are not). Then, in the order of
+/// the policy's validations (the first failing one's message is returned): the user is
+/// `system:node:<name>`; every reboot slot entry (`*.reboot-holders.nodectl.io/slot`) added,
+/// changed or removed is the node's own; every other annotation, the labels, finalizers and
+/// ownerReferences are unchanged (absent and empty alike; none on CREATE); of `spec` only
+/// holderIdentity and leaseTransitions change, leaseTransitions by at most one (absent counts
+/// as 0) and holderIdentity naming a node with an entry in `new`. A field set to JSON null counts
+/// as absent (the API server drops it when it decodes the object).
+/// tests/lease_policy_cel.rs checks this against the policy's CEL, evaluated by a CEL
+/// interpreter, case by case.
+pub fn lease_entries_policy(
+    user: &User,
+    old: Option<&Value>,
+    new: &Value,
+) -> Result<(), &'static str> {
     const SUFFIX: &str = ".reboot-holders.nodectl.io/slot";
-    let Some(me) = user.name.strip_prefix("system:node:") else {
+    fn at<'a>(o: Option<&'a Value>, path: &[&str]) -> Option<&'a Value> {
+        let mut v = o?;
+        for p in path {
+            v = v.get(p)?;
+        }
+        (!v.is_null()).then_some(v)
+    }
+    let me = user.name.strip_prefix("system:node:");
+    if me.is_none() && !user.groups.iter().any(|g| g == "system:nodes") {
         return Ok(());
+    }
+    let Some(me) = me.filter(|m| !m.is_empty()) else {
+        return Err(
+            "a member of system:nodes must be a node (system:node:<name>) to write a reboot Lease",
+        );
     };
     let own = format!("{me}{SUFFIX}");
+    let new = Some(new);
     let empty = serde_json::Map::new();
-    let old = old.and_then(Value::as_object).unwrap_or(&empty);
-    let new = new.as_object().unwrap_or(&empty);
+    let annotations = |o| {
+        at(o, &["metadata", "annotations"])
+            .and_then(Value::as_object)
+            .unwrap_or(&empty)
+    };
+    let (was, now) = (annotations(old), annotations(new));
+    let changed = |k: &String, v: &Value| was.get(k) != Some(v);
     let entry = |k: &String| k.ends_with(SUFFIX) && *k != own;
-    if new.iter().any(|(k, v)| entry(k) && old.get(k) != Some(v)) {
+    if now.iter().any(|(k, v)| entry(k) && changed(k, v)) {
         return Err("a node may add or change only its own reboot slot entry");
     }
-    if old.keys().any(|k| entry(k) && !new.contains_key(k)) {
+    if was.keys().any(|k| entry(k) && !now.contains_key(k)) {
         return Err("a node may remove only its own reboot slot entry");
     }
-    Ok(())
+    let other = |k: &String| !k.ends_with(SUFFIX);
+    if now.iter().any(|(k, v)| other(k) && changed(k, v))
+        || was.keys().any(|k| other(k) && !now.contains_key(k))
+    {
+        return Err("a node may add, change or remove no annotation but its own reboot slot entry");
+    }
+    let same = |field: &str, none: Value| {
+        let path = ["metadata", field];
+        at(new, &path).unwrap_or(&none) == at(old, &path).unwrap_or(&none)
+    };
+    if !same("labels", json!({})) {
+        return Err("a node may not change the Lease's labels");
+    }
+    if !same("finalizers", json!([])) {
+        return Err("a node may not change the Lease's finalizers");
+    }
+    if !same("ownerReferences", json!([])) {
+        return Err("a node may not change the Lease's ownerReferences");
+    }
+    let kept = [
+        "acquireTime",
+        "leaseDurationSeconds",
+        "renewTime",
+        "preferredHolder",
+        "strategy",
+    ];
+    if kept
+        .iter()
+        .any(|f| at(new, &["spec", f]) != at(old, &["spec", f]))
+    {
+        return Err(
+            "a node may change only spec.holderIdentity and spec.leaseTransitions of the Lease",
+        );
+    }
+    let transitions = |o| at(o, &["spec", "leaseTransitions"]).map(Value::as_i64);
+    let step = match (transitions(old), transitions(new)) {
+        (Some(None), _) | (_, Some(None)) => None,
+        (o, n) => n
+            .flatten()
+            .unwrap_or(0)
+            .checked_sub(o.flatten().unwrap_or(0)),
+    };
+    if !matches!(step, Some(0 | 1)) {
+        return Err("spec.leaseTransitions may only stay or grow by one (the slot the node takes)");
+    }
+    match at(new, &["spec", "holderIdentity"]) {
+        None => Ok(()),
+        Some(Value::String(h)) if now.contains_key(&format!("{h}{SUFFIX}")) => Ok(()),
+        Some(_) => {
+            Err("spec.holderIdentity may only name a node with a reboot slot entry in the Lease")
+        }
+    }
 }
 
 /// Leases: get, create (409 AlreadyExists, 422 for a name the API server would not accept), update with optimistic concurrency (409 Conflict on a
@@ -999,14 +1081,9 @@ async fn leases(
                 }
                 (None, true) => {}
             }
-            if policy {
-                let old = st
-                    .leases
-                    .get(&key)
-                    .map(|l| l["metadata"]["annotations"].clone());
-                if let Err(m) =
-                    lease_entries_policy(user, old.as_ref(), &obj["metadata"]["annotations"])
-                {
+            // The binding matches the nodectl-reboot namespace only.
+            if policy && ns == "nodectl-reboot" {
+                if let Err(m) = lease_entries_policy(user, st.leases.get(&key), &obj) {
                     return fail(
                         StatusCode::UNPROCESSABLE_ENTITY,
                         "Invalid",
