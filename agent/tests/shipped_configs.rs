@@ -21,6 +21,7 @@ fn ignition(template: &str, extra: &str) -> serde_json::Value {
         "nodectl_sysext_fcos_sha512={h}\nnodectl_sysext_flatcar_sha512={h}\n",
         h = "ab".repeat(64)
     ));
+    vars.push_str(&format!("nodectl_release_key_base64={KEY_BASE64}\n"));
     vars.push_str(extra);
     let vars = nodectl_butane::parse_vars_in(&vars, "vars", &repo()).unwrap();
     let path = repo().join("packaging/butane").join(template);
@@ -29,8 +30,39 @@ fn ignition(template: &str, extra: &str) -> serde_json::Value {
     nodectl_butane::translate(&bu, &repo().join("docs/examples"), template).unwrap()
 }
 
-/// RFC 2397 `data:,` URL's bytes (percent-encoded, as the translator writes them).
+/// The stand-in release key (bytes that are no real key) and its base64, as release.sh passes it.
+const KEY: &[u8] = b"\x98\x33\x04nodectl test key, not a real one\xff";
+const KEY_BASE64: &str = "mDMEbm9kZWN0bCB0ZXN0IGtleSwgbm90IGEgcmVhbCBvbmX/";
+
+/// Standard base64 (RFC 4648, padded), as Ignition decodes a `data:;base64,` URL.
+fn base64(s: &str) -> Vec<u8> {
+    let mut out = Vec::new();
+    let (mut acc, mut bits) = (0u32, 0);
+    for c in s.bytes().filter(|c| *c != b'=') {
+        let v = match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' => 62,
+            b'/' => 63,
+            _ => panic!("not base64: {s}"),
+        };
+        acc = ((acc << 6) | u32::from(v)) & 0xffff;
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((acc >> bits) as u8);
+        }
+    }
+    out
+}
+
+/// RFC 2397 `data:` URL's bytes: percent-encoded (as the translator writes inline contents) or
+/// base64 (`data:;base64,`, the release key's form in the templates).
 fn data_url(u: &str) -> Vec<u8> {
+    if let Some(b) = u.strip_prefix("data:;base64,") {
+        return base64(b);
+    }
     let s = u.strip_prefix("data:,").expect("a data: URL");
     let b = s.as_bytes();
     let mut out = Vec::new();
@@ -184,4 +216,30 @@ fn a_bare_metal_controller_from_typhoons_variables_waits_for_its_kubeconfig_over
     );
     let bootstrap = step("bootstrap-kubeconfig");
     assert_eq!(bootstrap["state"], "waiting", "{bootstrap}");
+}
+
+/// Every config writes the release's key, byte for byte once Ignition decodes it, where
+/// systemd-pull reads the keyring it checks `SHA256SUMS.gpg` with, and a transfer file that
+/// requires that check (`Verify=yes`; issue 37, 6).
+#[test]
+fn every_config_writes_the_release_key_and_a_transfer_file_that_requires_it() {
+    assert_eq!(base64(KEY_BASE64), KEY);
+    for t in [
+        "fcos-controller.bu",
+        "fcos-worker.bu",
+        "flatcar-controller.bu",
+        "flatcar-worker.bu",
+    ] {
+        let files = files(&ignition(t, ""));
+        let file = |p: &str| files.iter().find(|(q, _)| q == p).map(|(_, b)| b.clone());
+        assert_eq!(
+            file("/etc/systemd/import-pubring.gpg").as_deref(),
+            Some(KEY),
+            "{t}"
+        );
+        let conf =
+            String::from_utf8(file("/etc/sysupdate.nodectl.d/nodectl.conf").unwrap()).unwrap();
+        let verify: Vec<&str> = conf.lines().filter(|l| l.starts_with("Verify")).collect();
+        assert_eq!(verify, ["Verify=yes"], "{t}: {conf}");
+    }
 }

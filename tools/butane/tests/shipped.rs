@@ -10,7 +10,11 @@ fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-fn rendered(template: &Path) -> String {
+/// The stand-in release key: base64 of bytes that are no real key (the configs carry it as given).
+const KEY_BASE64: &str = "mDMEbm9kZWN0bCB0ZXN0IGtleSwgbm90IGEgcmVhbCBvbmX/";
+
+/// example.vars and stand-in release values, as release.sh gives them.
+fn vars_text() -> String {
     let mut vars = std::fs::read_to_string(repo().join("packaging/butane/example.vars")).unwrap();
     vars.push_str(
         "nodectl_version=9.8.7\nnodectl_url=https://downloads.example.com/nodectl/9.8.7\n",
@@ -18,10 +22,19 @@ fn rendered(template: &Path) -> String {
     for os in ["flatcar", "fcos"] {
         vars.push_str(&format!("nodectl_sysext_{os}_sha512={}\n", "ab".repeat(64)));
     }
+    vars.push_str(&format!("nodectl_release_key_base64={KEY_BASE64}\n"));
     vars.push_str("kubeconfig@10=docs/examples/bootstrap-kubeconfig\n");
-    let vars = nodectl_butane::parse_vars_in(&vars, "vars", &repo()).unwrap();
-    let text = std::fs::read_to_string(template).unwrap();
-    nodectl_butane::render(&text, &vars, &template.display().to_string()).unwrap()
+    vars
+}
+
+fn render_with(template: &Path, vars: &str) -> anyhow::Result<String> {
+    let vars = nodectl_butane::parse_vars_in(vars, "vars", &repo())?;
+    let text = std::fs::read_to_string(template)?;
+    nodectl_butane::render(&text, &vars, &template.display().to_string())
+}
+
+fn rendered(template: &Path) -> String {
+    render_with(template, &vars_text()).unwrap()
 }
 
 fn templates() -> Vec<PathBuf> {
@@ -125,6 +138,82 @@ fn entry(
 fn inline_file(bu: &str, path: &str) -> Option<String> {
     entry(bu, ("storage", "files"), "path", path)
         .map(|f| f["contents"]["inline"].as_str().unwrap().to_string())
+}
+
+/// Updates are verified (issue 37, 6): every transfer file, full config and snippet, says
+/// `Verify=yes` in `[Transfer]` and nothing else of Verify, its source is the release's https
+/// URL, and the config ships the release's key as given where systemd-pull reads the keyring it
+/// verifies `SHA256SUMS.gpg` with (`/etc/systemd/import-pubring.gpg`: systemd 254
+/// `src/import/pull-common.c`, `verify_gpg()`), in Butane and in the Ignition it translates
+/// to; a template rendered without the key fails rather than shipping none.
+#[test]
+fn every_shipped_transfer_file_verifies_with_the_shipped_key() {
+    let mut all = templates();
+    let snippets = repo().join("packaging/butane/snippets");
+    all.extend(
+        std::fs::read_dir(&snippets)
+            .unwrap()
+            .map(|e| e.unwrap().path()),
+    );
+    assert_eq!(all.len(), 8);
+    for t in all {
+        let name = t.display().to_string();
+        let bu = rendered(&t);
+        let conf = inline_file(&bu, "/etc/sysupdate.nodectl.d/nodectl.conf")
+            .unwrap_or_else(|| panic!("{name}: no transfer file"));
+        let mut section = "";
+        let mut verify = Vec::new();
+        let mut source_path = None;
+        for l in conf.lines().map(str::trim) {
+            if l.starts_with('[') {
+                section = l;
+            } else if l.starts_with("Verify") {
+                verify.push((section, l));
+            } else if section == "[Source]" && l.starts_with("Path=") {
+                source_path = Some(l.to_string());
+            }
+        }
+        assert_eq!(verify, [("[Transfer]", "Verify=yes")], "{name}:\n{conf}");
+        let os = if name.contains("flatcar") {
+            "flatcar"
+        } else {
+            "fcos"
+        };
+        assert_eq!(
+            source_path.as_deref(),
+            Some(format!("Path=https://downloads.example.com/nodectl/9.8.7/{os}").as_str()),
+            "{name}"
+        );
+        let key = entry(
+            &bu,
+            ("storage", "files"),
+            "path",
+            "/etc/systemd/import-pubring.gpg",
+        )
+        .unwrap_or_else(|| panic!("{name}: no /etc/systemd/import-pubring.gpg"));
+        let source = format!("data:;base64,{KEY_BASE64}");
+        assert_eq!(
+            key["contents"]["source"].as_str(),
+            Some(source.as_str()),
+            "{name}"
+        );
+        let ign = nodectl_butane::translate(&bu, &repo().join("docs/examples"), &name).unwrap();
+        let file = ign["storage"]["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["path"] == "/etc/systemd/import-pubring.gpg")
+            .unwrap();
+        assert_eq!(file["contents"]["source"], source.as_str(), "{name}");
+        assert_eq!(file["mode"], 0o644, "{name}");
+        let without =
+            vars_text().replace(&format!("nodectl_release_key_base64={KEY_BASE64}\n"), "");
+        let e = render_with(&t, &without).unwrap_err().to_string();
+        assert!(
+            e.contains("unknown variable 'nodectl_release_key_base64'"),
+            "{name}: {e}"
+        );
+    }
 }
 
 /// The kernel modules and sysctls ship in Ignition, so the first boot's systemd-modules-load and
