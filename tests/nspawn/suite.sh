@@ -174,8 +174,9 @@ fleetlock() { # PATH ID [PORT] -> the HTTP response; in zincati.service, as Zinc
   if [ -n "${OUTSIDE:-}" ]; then  # (the uid only, outside the unit)
     setpriv --reuid="$u" --regid="$(id -g "$u")" --init-groups env GROUP="${GROUP:-workers}" bash /tmp/fleetlock-client "$@"
   else
-    systemd-run --quiet --wait --pipe --collect --unit=zincati.service --uid="$u" \
+    systemd-run --quiet --wait --collect --unit=zincati.service --uid="$u" -p StandardOutput=truncate:/run/fl-out \
       -E GROUP="${GROUP:-workers}" bash /tmp/fleetlock-client "$@"
+    cat /run/fl-out
   fi
 }
 out=$(AS=nobody fleetlock /v1/pre-reboot "$id")

@@ -123,12 +123,14 @@ sed "s|^\( *\)server: .*|\1server: https://127.0.0.1:1|" /root/bootstrap-kubecon
 k6_case "another server"
 check "K6 the container's file keeps its label (never relabeled to look placed by root)" sh -c "stat -c %C /etc/kubernetes/kubeconfig | grep -q container_file_t"
 install -m 0600 /root/bootstrap-kubeconfig /etc/kubernetes/.kubeconfig.tmp && mv /etc/kubernetes/.kubeconfig.tmp /etc/kubernetes/kubeconfig
-nodectl converge >/dev/null 2>&1
-expect "K6 the operator's own file (root, the node's server and CA) is used again" "$(step_field bootstrap-kubeconfig detail)" "/etc/kubernetes/kubeconfig present"
+echo "  | the operator's: $(stat -c '%U %a %C' /etc/kubernetes/kubeconfig)"
+check "K6 the operator's own file (root, the node's server and CA) is used again" wait_until 15 sh -c \
+  "nodectl status --json | jq -r '.steps[] | select(.id == \"bootstrap-kubeconfig\") | .detail' | grep -qx '/etc/kubernetes/kubeconfig present'"
+echo "  | bootstrap-kubeconfig: $(step_field bootstrap-kubeconfig detail | cut -c1-160)"
 
 echo "## K4: the agent's own surface: systemd hardening, no secret in any log line"
 # Recorded in docs/security.md; a change that makes it worse fails here.
-EXPOSURE_MAX=2.8
+EXPOSURE_MAX=2.5
 score=$(systemd-analyze security nodectld.service --no-pager 2>/dev/null | tail -1 | grep -o '[0-9][0-9]*\.[0-9]' | head -1)
 systemd-analyze security nodectld.service --no-pager 2>/dev/null | tail -1 | sed 's/^/  | /'
 check "K4 systemd-analyze security nodectld.service: $score, no worse than $EXPOSURE_MAX" \
@@ -180,7 +182,12 @@ exec 3<>/dev/tcp/127.0.0.1/9455 || exit 1
 printf 'POST /v1/pre-reboot HTTP/1.1\r\nHost: 127.0.0.1\r\nfleet-lock-protocol: true\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s' "${#body}" "$body" >&3
 cat <&3
 CLIENT
-in_unit() { systemd-run --quiet --wait --pipe --collect --unit="$1" --uid=zincati bash /tmp/fl-client; }
+# (the reply through a file systemd opens: Debian's policy lets dbus-daemon pass no fd of
+# unconfined_t, which systemd-run --pipe needs)
+in_unit() {
+  systemd-run --quiet --wait --collect --unit="$1" --uid=zincati -p StandardOutput=truncate:/run/fl-out bash /tmp/fl-client
+  cat /run/fl-out
+}
 out=$(setpriv --reuid=zincati --regid="$(id -g zincati)" --init-groups bash /tmp/fl-client)
 echo "  | root as zincati's uid, outside zincati.service: $(tail -1 <<<"$out" | cut -c1-160)"
 check "K7 a root process with zincati's uid outside zincati.service is refused" grep -q '"kind":"forbidden_peer"' <<<"$out"
