@@ -178,7 +178,7 @@ for f in "$out"/ignition/*.ign; do
 done
 
 step "SHA256SUMS"
-(cd "$out" && find . -type f ! -name SHA256SUMS -printf '%P\n' | LC_ALL=C sort | xargs sha256sum >SHA256SUMS)
+(cd "$out" && find . -type f ! -path ./SHA256SUMS -printf '%P\n' | LC_ALL=C sort | xargs sha256sum >SHA256SUMS)
 if [ -n "$release_key_fpr" ]; then
   release_sign "$out" && release_verify "$out" "$out/nodectl-release.gpg"
 fi

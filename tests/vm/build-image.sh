@@ -15,8 +15,10 @@ VM_CACHE=${VM_CACHE:-/var/cache/nodectl-vm}
 MIRROR=${MIRROR:-http://deb.debian.org/debian}
 DISK_SIZE=${DISK_SIZE:-4G}
 R=$VM_CACHE/rootfs
-# podman and friends for the kubelet tier; auditd so AVC denials land in audit.log.
-PKGS=systemd,systemd-sysv,udev,dbus,linux-image-amd64,initramfs-tools,selinux-basics,selinux-policy-default,policycoreutils,setools,auditd,podman,crun,conmon,netavark,iptables,golang-github-containers-common,iproute2,kmod,busybox-static,jq,containerd
+# podman and friends for the kubelet tier; auditd so AVC denials land in audit.log; libcurl4
+# and gpg for systemd-pull 254 (sysext.sh S4: it downloads with libcurl and runs gpg --verify
+# on SHA256SUMS.gpg), gpg-agent for the test keys S4 makes.
+PKGS=systemd,systemd-sysv,udev,dbus,linux-image-amd64,initramfs-tools,selinux-basics,selinux-policy-default,policycoreutils,setools,auditd,podman,crun,conmon,netavark,iptables,golang-github-containers-common,iproute2,kmod,busybox-static,jq,containerd,libcurl4,gpg,gpg-agent
 
 log() { echo "[build-image] $*" >&2; }
 step() { local s=$SECONDS; "$@"; log "$1 took $((SECONDS - s))s"; }

@@ -20,7 +20,8 @@ x=$(mktemp -d) && trap 'rm -rf "$x"' EXIT
 for d in "$cache"/systemd_254*.deb "$cache"/libsystemd-shared_254*.deb "$cache"/systemd-container_254*.deb; do
   dpkg-deb -x "$d" "$x"
 done
-# systemd-import copies a regular-file source (sysupdate runs it, SYSTEMD_IMPORT_PATH)
-install -m 0755 "$x/lib/systemd/systemd-sysupdate" "$x/lib/systemd/systemd-import" "$dest/"
+# systemd-import copies a regular-file source, systemd-pull downloads a url-file one and checks
+# SHA256SUMS.gpg (sysupdate runs them: SYSTEMD_IMPORT_PATH, SYSTEMD_PULL_PATH)
+install -m 0755 "$x/lib/systemd/systemd-sysupdate" "$x/lib/systemd/systemd-import" "$x/lib/systemd/systemd-pull" "$dest/"
 install -m 0644 "$x"/usr/lib/x86_64-linux-gnu/systemd/libsystemd-shared-254.so "$dest/"
 LD_LIBRARY_PATH=$dest "$dest/systemd-sysupdate" --version | head -1

@@ -17,14 +17,19 @@
 #       daemon-reload start nodectld.service from /usr/bin (the image's Upholds=), every file has
 #       the label this node's policy gives its path, and the node comes up as in the demo
 #       (kubelet stand-in image, API double): credentials issued, kubelet active
-#  S4  systemd-sysupdate (254, Debian backports; 252 has none) with the shipped transfer file,
-#       its source switched to a local directory holding version 0.1.1: the new image is
-#       installed and the link switched; refresh and restart run nodectld from 0.1.1's image
+#  S4  systemd-sysupdate (254, Debian backports; 252 has none) with the transfer file and
+#       keyring the FCOS worker config ships (rendered with a test key, translated, taken from
+#       the Ignition), its source 0.1.1 served over HTTP on 127.0.0.1 (the shipped url-file
+#       source: systemd-pull checks SHA256SUMS.gpg with gpg), signed by release.sh's own
+#       functions: refused and nothing installed when SHA256SUMS has no .gpg (S4c), is signed by
+#       another key (S4d), or an image changed after signing (S4b); a good release installs and
+#       the link switches (S4a); refresh and restart run nodectld from 0.1.1's image
 #  S5  unmerge, daemon-reload, stop: nodectld ends cleanly (inactive, result success), its files
 #       are gone from /usr, its state in /var stays
 # /test holds: check.sh, lib.sh, dist/ (release.sh's output), sysext-v2/ (0.1.1 images),
 # sysext-vm/ (the images labeled with this VM's file_contexts),
-# nodectl-butane, ignition, sysupdate/ (systemd-sysupdate 254 + libsystemd-shared),
+# nodectl-butane, ignition, sysupdate/ (systemd-sysupdate, -import, -pull 254 + libsystemd-shared),
+# release.sh (packaging/release.sh: S4 signs with its functions),
 # nodectl-apiserver-double, kubelet-standin/, bootstrap-kubeconfig, example.vars, butane/.
 . /test/check.sh
 . /test/lib.sh
@@ -54,6 +59,7 @@ httpd=$!
 render() { # render SHA512 OUT.ign [TEMPLATE]
   { cat /test/example.vars; echo "nodectl_version=$V"; echo "nodectl_url=http://127.0.0.1:8080"
     echo "nodectl_sysext_flatcar_sha512=$1"; echo "nodectl_sysext_fcos_sha512=$1"
+    echo "nodectl_release_key_base64=$(base64 -w0 /test/dist/nodectl-release.gpg)"
     echo "kubeconfig@10=$W/files/bootstrap-kubeconfig"; } >$W/vars
   /test/nodectl-butane render $W/vars "${3:-/test/butane/flatcar-worker.bu}" $W/w.bu &&
     /test/nodectl-butane translate $W/files $W/w.bu "$2"
@@ -94,7 +100,7 @@ check "a wrong sha512 fails Ignition's files stage" sh -c "grep CRITICAL $W/log 
 grep 'CRITICAL' $W/log | head -2 | cut -c1-240 | sed 's/^/  | /'
 expect "no image placed from a wrong hash" "$(ls /opt/extensions/nodectl 2>/dev/null | grep -c raw)" 0
 # what that failed run placed before it stopped goes, as on a node that is reprovisioned
-rm -rf /opt/extensions/nodectl /etc/extensions /etc/sysupdate.nodectl.d /etc/nodectl /etc/kubernetes/kubeconfig \
+rm -rf /opt/extensions/nodectl /etc/extensions /etc/sysupdate.nodectl.d /etc/systemd/import-pubring.gpg /etc/nodectl /etc/kubernetes/kubeconfig \
   /etc/systemd/system/locksmithd.service /etc/systemd/system-preset/20-ignition.preset
 check "Typhoon's worker config with nodectl's snippet merged renders with the image's sha512" \
   merged "$(sha512sum /test/dist/flatcar/$IMG | cut -d' ' -f1)" $W/w.ign
@@ -103,6 +109,9 @@ grep -E 'writing file|hash|CRITICAL|ERROR|relabel' $W/log | head -12 | sed 's/^/
 check "the downloaded image is the release's" cmp /opt/extensions/nodectl/$IMG /test/dist/flatcar/$IMG
 expect "extension link" "$(readlink /etc/extensions/nodectl.raw)" /opt/extensions/nodectl/$IMG
 check "transfer file placed" grep -q '^CurrentSymlink=/etc/extensions/nodectl.raw$' /etc/sysupdate.nodectl.d/nodectl.conf
+check "it verifies signatures (Verify=yes)" grep -qx 'Verify=yes' /etc/sysupdate.nodectl.d/nodectl.conf
+check "the release's key placed where systemd-pull reads it (from the base64 data URL)" \
+  cmp /etc/systemd/import-pubring.gpg /test/dist/nodectl-release.gpg
 expect "bootstrap kubeconfig mode" "$(stat -c %a /etc/kubernetes/kubeconfig)" 600
 check "config fragment placed" grep -q '^role = "worker"$' /etc/nodectl/config.d/10-node.toml
 check "kernel modules and sysctls placed for the first boot" sh -c "grep -qx br_netfilter /etc/modules-load.d/nodectl.conf && grep -qx fs.inotify.max_user_watches=16184 /etc/sysctl.d/50-nodectl.conf"
@@ -153,20 +162,79 @@ check "kubelet active (credentials from the double)" wait_until 90 sh -c '[ "$(s
 check "nodectl status: converged" wait_until 30 sh -c 'nodectl status --json | jq -e ".steps | all(.state == \"converged\")"'
 nodectl status | sed 's/^/  | /' | head -30
 
-echo "## S4 systemd-sysupdate picks up 0.1.1 from a local directory"
+echo "## S4 systemd-sysupdate takes 0.1.1 only with a good signature"
 V2=0.1.1
-mkdir -p /srv/nodectl-updates && cp /test/sysext-v2/fcos/nodectl-$V2-x86-64.raw /srv/nodectl-updates/
-# the transfer file the FCOS config ships, its source switched to the directory
-sed -n '/path: \/etc\/sysupdate.nodectl.d\/nodectl.conf/,/InstancesMax/p' /test/butane/fcos-worker.bu \
-  | sed -n '/\[Transfer\]/,$p' | sed 's/^          //' \
-  | sed 's#^Type=url-file#Type=regular-file#; s#^Path=${nodectl_url}/fcos#Path=/srv/nodectl-updates#' >$W/nodectl.conf
-mkdir -p /etc/sysupdate.nodectl.d && cp $W/nodectl.conf /etc/sysupdate.nodectl.d/nodectl.conf
-sed 's/^/  | /' $W/nodectl.conf
-SU() { SYSTEMD_IMPORT_PATH=/test/sysupdate/systemd-import LD_LIBRARY_PATH=/test/sysupdate /test/sysupdate/systemd-sysupdate --component=nodectl "$@"; }
-check "sysupdate lists both versions" sh -c "$(declare -f SU); SU list | grep -q $V2"
-check "sysupdate update" SU update
+U=/srv/nodectl-updates
+rm -rf $U && mkdir -p $U/fcos && cp /test/sysext-v2/fcos/nodectl-$V2-x86-64.raw $U/fcos/
+# the release's URL here: plain HTTP on loopback (release.sh requires https://; what is under
+# test is the signature, which does not depend on the transport)
+busybox httpd -f -p 127.0.0.1:8081 -h $U &
+httpd4=$!
+# two throwaway keys (no passphrase): the release's (a) and another (b)
+export GNUPGHOME=$W/gnupg && rm -rf $GNUPGHOME && mkdir -m 0700 $GNUPGHOME
+for k in a b; do
+  gpg --batch --passphrase '' --quick-gen-key "nodectl test $k <$k@nodectl.invalid>" ed25519 sign never >/dev/null 2>&1
+done
+. /test/release.sh # release_check_key, release_sign, release_export_key: what release.sh signs with
+sign_as() { NODECTL_SIGNING_KEY=$1@nodectl.invalid release_check_key && release_sign $U/fcos; }
+export_a() { NODECTL_SIGNING_KEY=a@nodectl.invalid release_check_key && release_export_key $W/release.gpg; }
+check "the test key a exported (release_export_key)" export_a
+# The FCOS worker config, rendered with that key and this URL and translated: its transfer file and
+# keyring, the bytes Ignition would write (data: URLs decoded), at the paths it names.
+{ cat /test/example.vars; echo "nodectl_version=$V"; echo "nodectl_url=http://127.0.0.1:8081"
+  echo "nodectl_sysext_flatcar_sha512=$(printf '%0128d' 0)"; echo "nodectl_sysext_fcos_sha512=$(printf '%0128d' 0)"
+  echo "nodectl_release_key_base64=$(base64 -w0 $W/release.gpg)"
+  echo "kubeconfig@10=$W/files/bootstrap-kubeconfig"; } >$W/vars4
+render4() { /test/nodectl-butane render $W/vars4 /test/butane/fcos-worker.bu $W/f.bu && /test/nodectl-butane translate $W/files $W/f.bu $W/f.ign; }
+check "the FCOS worker config renders with the test key" render4
+placed() { # placed PATH: the file of that path in $W/f.ign written there, as Ignition writes it
+  local src
+  src=$(jq -er --arg p "$1" '.storage.files[] | select(.path == $p) | .contents.source' $W/f.ign) || return 1
+  mkdir -p "$(dirname "$1")"
+  case "$src" in
+    'data:;base64,'*) printf '%s' "${src#data:;base64,}" | base64 -d >"$1" ;;
+    'data:,'*) printf '%b' "$(printf '%s' "${src#data:,}" | sed 's/\\/\\\\/g; s/%/\\x/g')" >"$1" ;;
+    *) return 1 ;;
+  esac
+}
+place_both() { placed /etc/sysupdate.nodectl.d/nodectl.conf && placed /etc/systemd/import-pubring.gpg; }
+check "transfer file and keyring placed from the config" place_both
+sed 's/^/  | /' /etc/sysupdate.nodectl.d/nodectl.conf
+check "the keyring is the exported key" cmp /etc/systemd/import-pubring.gpg $W/release.gpg
+SU() {
+  SYSTEMD_IMPORT_PATH=/test/sysupdate/systemd-import SYSTEMD_PULL_PATH=/test/sysupdate/systemd-pull \
+    LD_LIBRARY_PATH=/test/sysupdate /test/sysupdate/systemd-sysupdate --component=nodectl "$@"
+}
+# refused PATTERN: `update` fails, says PATTERN (systemd-pull's reason), and installs nothing
+refused() {
+  if SU update >$W/su.log 2>&1; then echo "sysupdate update succeeded"; return 1; fi
+  grep -E "$1" $W/su.log | head -3
+  grep -qE "$1" $W/su.log || { tail -5 $W/su.log; return 1; }
+  ! test -e /var/lib/extensions.d/nodectl-$V2-x86-64.raw &&
+    [ "$(readlink -f /var/lib/extensions/nodectl.raw)" = /var/lib/extensions.d/$IMG ]
+}
+(cd $U/fcos && sha256sum -- *.raw >SHA256SUMS)
+check "S4c an unsigned SHA256SUMS (no SHA256SUMS.gpg) is refused, nothing installed" \
+  refused 'Failed to retrieve signature file'
+check "release_sign as key b" sign_as b
+check "S4d a SHA256SUMS signed by another key is refused, nothing installed" \
+  refused 'Signature verification failed'
+check "release_sign as key a (the shipped one)" sign_as a
+img2=$U/fcos/nodectl-$V2-x86-64.raw
+cp $img2 $W/v2.raw
+b=$(od -An -tu1 -j 65536 -N1 $img2 | tr -d ' ')
+printf "\\x$(printf %02x $(((b + 1) % 256)))" | dd of=$img2 bs=1 seek=65536 count=1 conv=notrunc status=none
+check "S4b an image changed (one byte) after signing is refused, nothing installed" \
+  refused 'did not check out|tampered'
+cp $W/v2.raw $img2
+lists_v2() { SU list | grep -q $V2; }
+check "S4a sysupdate lists 0.1.1 from the signed release" lists_v2
+check "S4a sysupdate update: signature good, 0.1.1 installed" SU update
 check "0.1.1 installed beside $V" test -f /var/lib/extensions.d/nodectl-$V2-x86-64.raw -a -f /var/lib/extensions.d/$IMG
 expect "link switched" "$(readlink -f /var/lib/extensions/nodectl.raw)" /var/lib/extensions.d/nodectl-$V2-x86-64.raw
+kill $httpd4
+gpgconf --kill gpg-agent
+unset GNUPGHOME
 refresh_restart() { sysext && systemctl daemon-reload && systemctl restart nodectld.service; }
 check "refresh, reload, restart" refresh_restart
 expect "the merged image is 0.1.1" "$(sed -n 's/^IMAGE_VERSION=//p' /usr/lib/extension-release.d/extension-release.nodectl)" $V2
