@@ -290,7 +290,10 @@ impl Peer {
         let who = match self.owner {
             None => "an unknown socket".to_string(),
             Some(o) if !o.established => format!("a socket no longer connected (uid {})", o.uid),
-            Some(o) => format!("uid {}", o.uid),
+            Some(o) => match o.cgroup {
+                Some(id) => format!("uid {} in cgroup {id}", o.uid),
+                None => format!("uid {} (the kernel names no cgroup)", o.uid),
+            },
         };
         Refusal::new(
             StatusCode::FORBIDDEN,

@@ -185,7 +185,8 @@ CLIENT
 # (the reply through a file systemd opens: Debian's policy lets dbus-daemon pass no fd of
 # unconfined_t, which systemd-run --pipe needs)
 in_unit() {
-  systemd-run --quiet --wait --collect --unit="$1" --uid=zincati -p StandardOutput=truncate:/run/fl-out bash /tmp/fl-client
+  systemd-run --quiet --wait --collect --unit="$1" --uid=zincati -p StandardOutput=truncate:/run/fl-out \
+    bash -c 'c=$(sed -n "s/^0:://p" /proc/self/cgroup); echo "client in cgroup $c ($(stat -c %i "/sys/fs/cgroup$c"))"; bash /tmp/fl-client'
   cat /run/fl-out
 }
 out=$(setpriv --reuid=zincati --regid="$(id -g zincati)" --init-groups bash /tmp/fl-client)
@@ -194,7 +195,7 @@ check "K7 a root process with zincati's uid outside zincati.service is refused" 
 out=$(in_unit other.service)
 check "K7 zincati's uid in another unit is refused" grep -q '"kind":"forbidden_peer"' <<<"$out"
 out=$(in_unit zincati.service)
-echo "  | zincati in zincati.service: $(tail -1 <<<"$out" | cut -c1-160)"
+echo "  | zincati in zincati.service: $(head -1 <<<"$out"); $(tail -1 <<<"$out" | cut -c1-200)"
 check "K7 zincati in zincati.service is served (another node's id: wrong_node, not forbidden_peer)" grep -q '"kind":"wrong_node"' <<<"$out"
 rm /etc/nodectl/config.d/30-reboot.toml
 stop_apiserver_double
