@@ -204,7 +204,7 @@ fn callers(root: &Root, p: &RebootPolicy) -> crate::reboot::fleetlock::Callers {
     }
     for unit in &p.fleetlock_units {
         c.cgroups
-            .push(std::path::Path::new("/sys/fs/cgroup/system.slice").join(unit));
+            .push(crate::reboot::peer::service_cgroup_dir(unit));
         c.units.push(unit.clone());
     }
     c

@@ -165,11 +165,36 @@ pub(crate) fn cgroup_id(dir: &std::path::Path) -> Option<u64> {
         .map(|m| m.ino())
 }
 
-/// This process's cgroup directory (`0::/path` in `/proc/self/cgroup`, under `/sys/fs/cgroup`).
+/// Where the cgroup v2 hierarchy is mounted (`/sys/fs/cgroup`; `/sys/fs/cgroup/unified` on a
+/// host in systemd's hybrid mode), from `/proc/self/mountinfo`.
+pub fn cgroup2_root() -> Option<std::path::PathBuf> {
+    let text = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    text.lines().find_map(|l| {
+        let (mount, fs) = l.split_once(" - ")?;
+        (fs.split_whitespace().next() == Some("cgroup2"))
+            .then(|| {
+                mount
+                    .split_whitespace()
+                    .nth(4)
+                    .map(std::path::PathBuf::from)
+            })
+            .flatten()
+    })
+}
+
+/// The cgroup directory of a system service (`<cgroup2 root>/system.slice/<unit>`).
+pub fn service_cgroup_dir(unit: &str) -> std::path::PathBuf {
+    cgroup2_root()
+        .unwrap_or_else(|| "/sys/fs/cgroup".into())
+        .join("system.slice")
+        .join(unit)
+}
+
+/// This process's cgroup directory (`0::/path` in `/proc/self/cgroup`, under the cgroup v2 root).
 pub fn own_cgroup_dir() -> Option<std::path::PathBuf> {
     let text = std::fs::read_to_string("/proc/self/cgroup").ok()?;
     let path = text.lines().find_map(|l| l.strip_prefix("0::"))?;
-    Some(std::path::Path::new("/sys/fs/cgroup").join(path.trim_start_matches('/')))
+    Some(cgroup2_root()?.join(path.trim_start_matches('/')))
 }
 
 #[cfg(test)]
@@ -210,6 +235,36 @@ mod tests {
                 "{addr}: {o:?}"
             );
         }
+    }
+
+    /// The cgroup reported is the one the client's process made its socket in: a process moved
+    /// into a cgroup of its own first (a sibling of the unit's) is told apart from this one.
+    #[test]
+    fn the_cgroup_is_the_clients_own() {
+        let root = cgroup2_root().expect("a cgroup v2 hierarchy");
+        let cg = root.join(format!("nodectl-peer-test-{}", std::process::id()));
+        std::fs::create_dir(&cg).unwrap();
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let mut child = std::process::Command::new("bash")
+            .arg("-c")
+            .arg(format!(
+                "echo $$ >{}/cgroup.procs && exec 3<>/dev/tcp/127.0.0.1/{port} && sleep 5",
+                cg.display()
+            ))
+            .spawn()
+            .unwrap();
+        let (s, peer) = l.accept().unwrap();
+        let o = owner(s.local_addr().unwrap(), peer)
+            .unwrap()
+            .expect("the socket");
+        let theirs = cgroup_id(&cg);
+        let mine = own_cgroup_dir().and_then(|d| cgroup_id(&d));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        std::fs::remove_dir(&cg).unwrap();
+        assert!(theirs.is_some() && theirs != mine, "{theirs:?} {mine:?}");
+        assert_eq!(o.cgroup, theirs);
     }
 
     /// A connection accepted by a dual-stack listener from an IPv4 client is found too.

@@ -426,9 +426,13 @@ async fn zincati_drives_two_nodes_through_one_slot_with_drain_and_readiness() {
 
     // Issue 37, 4: the allowed uid but a socket made outside the allowed unit's cgroup (a
     // process that took Zincati's uid): refused the same way.
-    let mine = nodectl::reboot::peer::own_cgroup_dir().unwrap();
+    // (a cgroup of its own, a sibling: not this process's)
+    let other = nodectl::reboot::peer::cgroup2_root()
+        .unwrap()
+        .join(format!("nodectl-fleetlock-test-{}", std::process::id()));
+    std::fs::create_dir(&other).unwrap();
     let elsewhere = fleetlock::Callers {
-        cgroups: vec![mine.parent().unwrap().to_path_buf()],
+        cgroups: vec![other.clone()],
         ..this_uid()
     };
     let n5 = endpoint_with(&api, "n5", "id5", Policy::default(), None, elsewhere).await;
@@ -442,6 +446,7 @@ async fn zincati_drives_two_nodes_through_one_slot_with_drain_and_readiness() {
     .await;
     assert_eq!((s, kind(&b)), (403, "forbidden_peer".into()), "{b}");
     assert_eq!(n5.coordinator.status().state, "idle");
+    std::fs::remove_dir(&other).unwrap();
 
     // A declared body far over the limit is refused unread; a body that never comes, in time.
     let (s, b) = raw(n1.addr, &head(99_000_000_000)).await;
