@@ -148,6 +148,8 @@ echo "## K5: idle footprint of the release build (target: <= 8 MiB RSS, no busy 
 # talks to the double.
 install -m 0755 /test/nodectld-release /usr/local/bin/nodectld
 restorecon /usr/local/bin/nodectld >/dev/null 2>&1
+# (Zincati's user exists before the endpoint starts: reboot.fleetlock_users is resolved then)
+id zincati >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin zincati
 printf '[reboot]\nstrategy = "fleet-lock"\n' >/etc/nodectl/config.d/30-reboot.toml
 check "K5 the release nodectld starts" systemctl restart nodectld.service
 check "K5 it converges (kubelet active, FleetLock served)" wait_until 60 sh -c \
@@ -175,7 +177,6 @@ check "K5 under 0.1 s of CPU in 30 s idle ($((cpu1 - cpu0)) ticks)" test $((cpu1
 echo "## K7: FleetLock serves Zincati's unit, not whoever takes its uid"
 # Issue 37, 4: a root process can setuid to zincati before socket(); the kernel's socket table
 # then shows zincati's uid. nodectld asks the kernel (sock_diag) for the client socket's cgroup.
-id zincati >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin zincati
 cat >/tmp/fl-client <<'CLIENT'
 body='{"client_params":{"id":"0123456789abcdef0123456789abcdef","group":"workers"}}'
 exec 3<>/dev/tcp/127.0.0.1/9455 || exit 1
