@@ -108,44 +108,51 @@ pub struct RebootPolicy {
     pub time_zone: Zone,
 }
 
-/// Validates `reboot.fleetlock_users`.
-fn fleetlock_users(f: &RebootSection, c: &Check) -> Result<Vec<String>, ConfigError> {
-    match &f.fleetlock_users {
-        None => Ok(DEFAULT_FLEETLOCK_USERS
-            .iter()
-            .map(|u| u.to_string())
-            .collect()),
+/// Validates a list of names (`reboot.fleetlock_users`, `reboot.fleetlock_units`): each must
+/// pass `valid`; unset, `default`.
+fn names_list(
+    key: &str,
+    set: Option<&Vec<String>>,
+    default: &[&str],
+    valid: fn(&str) -> bool,
+    c: &Check,
+) -> Result<Vec<String>, ConfigError> {
+    match set {
+        None => Ok(default.iter().map(|u| u.to_string()).collect()),
         Some(list) => list
             .iter()
             .map(|u| {
-                if names::is_user_name(u) {
+                if valid(u) {
                     Ok(u.clone())
                 } else {
-                    Err(c.bad("reboot.fleetlock_users", u))
+                    Err(c.bad(key, u))
                 }
             })
             .collect(),
     }
 }
 
-/// Validates `reboot.fleetlock_units`.
-fn fleetlock_units(f: &RebootSection, c: &Check) -> Result<Vec<String>, ConfigError> {
-    match &f.fleetlock_units {
-        None => Ok(DEFAULT_FLEETLOCK_UNITS
-            .iter()
-            .map(|u| u.to_string())
-            .collect()),
-        Some(list) => list
-            .iter()
-            .map(|u| {
-                if names::is_service_unit(u) {
-                    Ok(u.clone())
-                } else {
-                    Err(c.bad("reboot.fleetlock_units", u))
-                }
-            })
-            .collect(),
-    }
+/// `reboot.fleetlock_users` and `reboot.fleetlock_units`.
+fn fleetlock_callers(
+    f: &RebootSection,
+    c: &Check,
+) -> Result<(Vec<String>, Vec<String>), ConfigError> {
+    Ok((
+        names_list(
+            "reboot.fleetlock_users",
+            f.fleetlock_users.as_ref(),
+            DEFAULT_FLEETLOCK_USERS,
+            names::is_user_name,
+            c,
+        )?,
+        names_list(
+            "reboot.fleetlock_units",
+            f.fleetlock_units.as_ref(),
+            DEFAULT_FLEETLOCK_UNITS,
+            names::is_service_unit,
+            c,
+        )?,
+    ))
 }
 
 impl RebootPolicy {
@@ -167,6 +174,7 @@ impl RebootPolicy {
             Some(v) => return Err(c.bad("reboot.strategy", v)),
         };
         let listen = f.listen.as_deref().unwrap_or(DEFAULT_LISTEN);
+        let (fleetlock_users, fleetlock_units) = fleetlock_callers(f, c)?;
         let policy = RebootPolicy {
             listen: match listen.parse::<SocketAddr>() {
                 // FleetLock has no authentication: its callers must be this node's processes.
@@ -213,8 +221,8 @@ impl RebootPolicy {
                 DEFAULT_ABANDON_AFTER_SECS,
                 (5, 86_400),
             )? as u64,
-            fleetlock_users: fleetlock_users(f, c)?,
-            fleetlock_units: fleetlock_units(f, c)?,
+            fleetlock_users,
+            fleetlock_units,
             wait_for_inhibitors: f.wait_for_inhibitors.unwrap_or(false),
             windows: f
                 .windows

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use libc::{S_IFDIR, S_IFREG};
 
 use super::bundle::CONTROL_PLANE_CA;
-use super::secrets::bundle_names;
+use super::inbox::bundle_names;
 use crate::config::{Role, Settings};
 
 /// A controller's bundle as terraform-render-bootstrap writes it: the names of its `assets_dist`

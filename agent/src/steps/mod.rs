@@ -24,6 +24,7 @@ mod ahead;
 mod bootstrap_kubeconfig;
 pub(crate) mod bundle;
 mod fileset;
+mod inbox;
 mod kubelet;
 mod kubelet_ca;
 mod kubelet_credentials;
