@@ -536,6 +536,17 @@ mod tests {
                 "{e}"
             );
         }
+        // A level with many categories makes a label of kilobytes: read whole, still refused;
+        // a label that does not parse is not trusted either.
+        let cats: Vec<String> = (0..1024).step_by(2).map(|c| format!("c{c}")).collect();
+        let long = format!("system_u:object_r:container_file_t:s0:{}", cats.join(","));
+        assert!(long.len() > 2000);
+        set_label(&r, BOOT, &long);
+        let e = load(&r, p).err().unwrap().to_string();
+        assert!(e.contains("a type containers write: not trusted"), "{e}");
+        set_label(&r, BOOT, "not a label");
+        let e = load(&r, p).err().unwrap().to_string();
+        assert!(e.contains("its label does not parse: not trusted"), "{e}");
         set_label(&r, BOOT, "system_u:object_r:etc_t:s0");
         std::os::unix::fs::chown(r.path(BOOT), Some(1000), Some(1000)).unwrap();
         let e = load(&r, p).err().unwrap().to_string();
@@ -581,6 +592,13 @@ mod tests {
             assert!(e.contains(&format!("{field}: not accepted")), "{e}");
             assert!(!e.contains("SECRET"), "{e}");
         }
+        // A server not on https:// would carry the token in the clear.
+        let (_d, r) = root_with(BOOT, &base.replace("https://10.0.0.1", "http://10.0.0.1"));
+        let e = load(&r, Path::new(BOOT)).err().unwrap().to_string();
+        assert!(
+            e.contains("clusters[0].cluster.server: not https://"),
+            "{e}"
+        );
         // `insecure-skip-tls-verify: false` asks for nothing.
         let (_d, r) = root_with(
             BOOT,
@@ -626,8 +644,14 @@ mod tests {
         let e = load(&r, Path::new(BOOT)).err().unwrap().to_string();
         assert!(e.contains("it holds a PRIVATE KEY block"), "{e}");
         assert!(!e.contains("BEGIN"), "{e}");
-        std::fs::write(r.path("/etc/kubernetes/both.pem"), &ca).unwrap();
-        load(&r, Path::new(BOOT)).unwrap();
+        // Text around the certificates is not carried on to ca.crt.
+        std::fs::write(
+            r.path("/etc/kubernetes/both.pem"),
+            format!("SECRET-x\n{ca}trailing"),
+        )
+        .unwrap();
+        let got = load(&r, Path::new(BOOT)).unwrap().ca;
+        assert_eq!(String::from_utf8(got).unwrap().trim(), ca.trim());
         set_label(
             &r,
             "/etc/kubernetes/both.pem",

@@ -32,7 +32,7 @@ pub(super) fn trusted_file(f: &std::fs::File) -> Result<(), String> {
             m.mode() & 0o7777
         ));
     }
-    if let Some(label) = label_of(f) {
+    if let Some(label) = label_of(f).map_err(|why| format!("{why}: not trusted"))? {
         if label.is_container_readable() {
             return Err(format!(
                 "labeled {label}, a type containers write: not trusted (a container with a \
@@ -43,21 +43,54 @@ pub(super) fn trusted_file(f: &std::fs::File) -> Result<(), String> {
     Ok(())
 }
 
-/// The file's SELinux label (`security.selinux`), read on the descriptor; `None` without one.
-fn label_of(f: &std::fs::File) -> Option<nodectl_selinux::Context> {
+/// The file's SELinux label (`security.selinux`), read on the descriptor, whatever its length
+/// (a level with many categories makes a label of kilobytes): `Ok(None)` when it has none (no
+/// SELinux), an error when one is there but cannot be read or parsed (not trusted then).
+fn label_of(f: &std::fs::File) -> Result<Option<nodectl_selinux::Context>, String> {
     use std::os::fd::AsRawFd;
-    let mut buf = [0u8; 256];
-    // SAFETY: a valid descriptor, a NUL-terminated name and a buffer of the given length.
-    let n = unsafe {
-        libc::fgetxattr(
-            f.as_raw_fd(),
-            c"security.selinux".as_ptr(),
-            buf.as_mut_ptr().cast(),
-            buf.len(),
-        )
+    let get = |buf: &mut [u8]| {
+        // SAFETY: a valid descriptor, a NUL-terminated name and a buffer of the given length
+        // (a null pointer with length 0 asks for the size).
+        let n = unsafe {
+            libc::fgetxattr(
+                f.as_raw_fd(),
+                c"security.selinux".as_ptr(),
+                if buf.is_empty() {
+                    std::ptr::null_mut()
+                } else {
+                    buf.as_mut_ptr().cast()
+                },
+                buf.len(),
+            )
+        };
+        usize::try_from(n).map_err(|_| std::io::Error::last_os_error())
     };
-    let n = usize::try_from(n).ok()?;
-    std::str::from_utf8(&buf[..n]).ok()?.parse().ok()
+    for _ in 0..3 {
+        let size = match get(&mut []) {
+            Ok(n) => n,
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ENODATA | libc::ENOTSUP)) => {
+                return Ok(None)
+            }
+            Err(e) => return Err(format!("its label cannot be read: {e}")),
+        };
+        if size > 64 << 10 {
+            return Err(format!("its label is {size} bytes long"));
+        }
+        let mut buf = vec![0u8; size];
+        match get(&mut buf) {
+            Ok(n) => {
+                let text = std::str::from_utf8(&buf[..n]).map_err(|_| "its label is not text")?;
+                return text
+                    .parse()
+                    .map(Some)
+                    .map_err(|_| "its label does not parse".to_string());
+            }
+            // (relabeled between the two calls, to a longer label)
+            Err(e) if e.raw_os_error() == Some(libc::ERANGE) => continue,
+            Err(e) => return Err(format!("its label cannot be read: {e}")),
+        }
+    }
+    Err("its label keeps changing".into())
 }
 
 /// Opens a file nodectld trusts (see [`trusted_file`]) and reads it, bounded.
@@ -106,6 +139,16 @@ pub(super) fn refuse_unsafe(v: &serde_json::Value, file: &Path) -> Result<(), Ku
         let Some(cluster) = c.get("cluster").and_then(|x| x.as_object()) else {
             continue;
         };
+        if cluster
+            .get("server")
+            .and_then(|x| x.as_str())
+            .is_some_and(|s| !s.starts_with("https://"))
+        {
+            return Err(err(
+                file,
+                format!("clusters[{i}].cluster.server: not https:// (a token or a certificate request would travel unprotected)"),
+            ));
+        }
         if cluster
             .get("insecure-skip-tls-verify")
             .is_some_and(|x| x != &serde_json::Value::Bool(false))
@@ -178,7 +221,7 @@ pub(super) fn ca_certificates(
             format!("cluster {cluster:?}: the certificate authority is not PEM certificates only ({why})"),
         )
     };
-    let mut n = 0;
+    let mut out = String::new();
     for block in x509_parser::pem::Pem::iter_from_buffer(pem) {
         let block = block.map_err(|_| bad("a block is not PEM"))?;
         if block.label != "CERTIFICATE" {
@@ -187,10 +230,25 @@ pub(super) fn ca_certificates(
         block
             .parse_x509()
             .map_err(|_| bad("a certificate does not parse"))?;
-        n += 1;
+        // Written anew from the parsed bytes: text around the blocks is not carried on to the
+        // world-readable ca.crt.
+        out.push_str(&pem_block(&block.contents));
     }
-    if n == 0 {
+    if out.is_empty() {
         return Err(bad("no certificate"));
     }
-    Ok(pem.to_vec())
+    Ok(out.into_bytes())
+}
+
+/// A DER certificate as a PEM block (64-column base64).
+fn pem_block(der: &[u8]) -> String {
+    use base64::Engine as _;
+    let b64 = base64::engine::general_purpose::STANDARD.encode(der);
+    let mut out = String::from("-----BEGIN CERTIFICATE-----\n");
+    for chunk in b64.as_bytes().chunks(64) {
+        out.push_str(std::str::from_utf8(chunk).expect("base64 is ASCII"));
+        out.push('\n');
+    }
+    out.push_str("-----END CERTIFICATE-----\n");
+    out
 }

@@ -51,6 +51,10 @@ impl Step for BootstrapKubeconfig {
                         Err(e) => return Err(e.into()),
                     }
                 }
+                Ok(_) if own() => Observation::Converged(format!(
+                    "not needed (the node holds its own certificate), and not used: {} is empty or not a file",
+                    p.display()
+                )),
                 Ok(_) => Observation::Waiting(format!("{} is empty or not a file", p.display())),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                     // Removed after the node got its own certificate: not needed until that

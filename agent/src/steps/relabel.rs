@@ -46,12 +46,12 @@ impl Relabel {
                 if !cur.is_container_readable() {
                     continue;
                 }
-                // A bootstrap kubeconfig at a container's own level (`s0:cX,cY`) was written by
-                // a container (planted in a tree it can write): relabeling it would make it
-                // look placed by root. It is left as it is, and never used
-                // (`kubeconfig::trusted_file`). At `s0` it was relabeled (a `:z` mount, a
-                // `chcon`): repaired, so the token is not left container-readable.
-                if node == cx.settings.bootstrap_kubeconfig && !cur.is_shared_level() {
+                // A bootstrap kubeconfig of a container type may be a container's (planted in a
+                // tree it can write, at its own level or one it chose, `s0` included):
+                // relabeling it would make it look placed by root. It is left as it is and
+                // never used (`kubeconfig::trusted_file`) until an operator restores its label
+                // (`restorecon`); the audit reports it as container-readable meanwhile.
+                if node == cx.settings.bootstrap_kubeconfig {
                     continue;
                 }
                 let Ok(meta) = std::fs::symlink_metadata(&real) else {
@@ -196,9 +196,19 @@ impl Step for Relabel {
             } else {
                 "changed since the last check"
             };
+            let skipped: Vec<String> = reports
+                .iter()
+                .flat_map(|(_, r)| &r.skipped)
+                .map(|e| format!("{}: {}", e.path.display(), e.error))
+                .collect();
+            let skipped = if skipped.is_empty() {
+                String::new()
+            } else {
+                format!("; {} left as they are: {}", skipped.len(), skipped.join("; "))
+            };
             Ok(if changes.is_empty() {
                 Observation::Converged(format!(
-                    "{examined} entries {how}, all labeled {}",
+                    "{examined} entries {how}, all labeled {}{skipped}",
                     Self::label()
                 ))
             } else {
@@ -216,6 +226,9 @@ impl Step for Relabel {
             }
             for (tree, r) in &reports {
                 tracing::info!(tree = %tree.display(), examined = r.examined, changed = r.changed, errors = r.errors.len(), "relabeled {} of {} entries under {}", r.changed, r.examined, tree.display());
+                for e in &r.skipped {
+                    tracing::warn!(path = %e.path.display(), "relabel: {}", e.error);
+                }
             }
             match relabel_errors(&reports) {
                 Some(e) => Err(e),

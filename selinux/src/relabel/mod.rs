@@ -46,6 +46,10 @@ pub struct Report {
     /// Directories not entered because they are another filesystem.
     pub other_filesystems: u64,
     pub errors: Vec<PathError>,
+    /// Entries left as they are on purpose (a file with more than one hard link): reported, not
+    /// errors.
+    #[serde(default)]
+    pub skipped: Vec<PathError>,
     /// This check scanned the whole tree (first check, or events were lost).
     pub full_scan: bool,
 }
@@ -56,6 +60,7 @@ impl Report {
         self.changed += o.changed;
         self.other_filesystems += o.other_filesystems;
         self.errors.extend(o.errors);
+        self.skipped.extend(o.skipped);
     }
 }
 
@@ -161,18 +166,28 @@ fn private_cwd() -> bool {
 /// A file with more than one link is not relabeled: its label is the inode's, so a hard link
 /// made in the tree to a host file (`/etc/shadow`, on the same filesystem) would carry the
 /// shared label to the host file too. Asked only of an entry whose label is to change (one
-/// `fstatat` on the held directory, never a path); the error names it.
+/// `fstatat` on the held directory, never a path); reported, not an error (a container that
+/// links its own files in a tree must not stop the step, and kubelet with it). A failed
+/// `fstatat` counts as linked (skipped).
 fn hardlinked(dir: &OwnedFd, name: &CStr, full: &dyn Fn() -> PathBuf) -> Option<PathError> {
     use nix::fcntl::AtFlags;
-    let st =
-        nix::sys::stat::fstatat(Some(dir.as_raw_fd()), name, AtFlags::AT_SYMLINK_NOFOLLOW).ok()?;
-    (st.st_mode & libc::S_IFMT != libc::S_IFDIR && st.st_nlink > 1).then(|| PathError {
-        path: full(),
-        error: format!(
-            "not relabeled: it has {} hard links (a link elsewhere would get the label too)",
-            st.st_nlink
-        ),
-    })
+    match nix::sys::stat::fstatat(Some(dir.as_raw_fd()), name, AtFlags::AT_SYMLINK_NOFOLLOW) {
+        Ok(st) => (st.st_mode & libc::S_IFMT != libc::S_IFDIR && st.st_nlink > 1).then(|| {
+            PathError {
+                path: full(),
+                error: format!(
+                    "not relabeled: it has {} hard links (a link elsewhere would get the label too)",
+                    st.st_nlink
+                ),
+            }
+        }),
+        // Removed since it was listed: nothing to label (the write below finds it gone).
+        Err(nix::errno::Errno::ENOENT) => None,
+        Err(e) => Some(PathError {
+            path: full(),
+            error: format!("not relabeled: its link count cannot be read: {e}"),
+        }),
+    }
 }
 
 fn check_entries(
@@ -239,11 +254,12 @@ fn check_entries(
                                     abs = cpath(&via_fd.join(os));
                                     &abs
                                 };
-                                if !dry_run && streak >= BLIND_AFTER {
-                                    if let Some(e) = hardlinked(&g.fd, name, &full) {
-                                        r.errors.push(e);
-                                        continue;
-                                    }
+                                // (a hard-linked file is never written blind: its label is
+                                // read first, below, and left as it is when it differs)
+                                if !dry_run
+                                    && streak >= BLIND_AFTER
+                                    && hardlinked(&g.fd, name, &full).is_none()
+                                {
                                     match set_raw(p, target) {
                                         Ok(()) => {
                                             r.changed += 1;
@@ -266,7 +282,7 @@ fn check_entries(
                                     Ok(have) if have == want => streak = 0,
                                     Ok(_) => {
                                         if let Some(e) = hardlinked(&g.fd, name, &full) {
-                                            r.errors.push(e);
+                                            r.skipped.push(e);
                                             continue;
                                         }
                                         streak += 1;
@@ -477,9 +493,10 @@ mod tests {
             std::fs::hard_link(outside.join("shadow"), tree.join("sub/zz-shadow")).unwrap();
             let r = relabel_tree(&labeler(), &tree, &Context::shared_container_file(), false);
             assert_eq!(outside_labels(&outside), [HOST, HOST, HOST], "{r:?}");
-            assert_eq!(r.errors.len(), 1, "{r:?}");
-            assert_eq!(r.errors[0].path, tree.join("sub/zz-shadow"));
-            assert!(r.errors[0].error.contains("2 hard links"), "{r:?}");
+            assert!(r.errors.is_empty(), "reported, not an error: {r:?}");
+            assert_eq!(r.skipped.len(), 1, "{r:?}");
+            assert_eq!(r.skipped[0].path, tree.join("sub/zz-shadow"));
+            assert!(r.skipped[0].error.contains("2 hard links"), "{r:?}");
             assert_eq!(label(&tree.join("sub/a")), SHARED);
         }
     }
