@@ -129,7 +129,8 @@ ignition_node_files() {
   local d=/tmp/bench-ign f src
   rm -rf $d && mkdir -p $d/files && cp /root/bootstrap-kubeconfig $d/files/bootstrap-kubeconfig
   { cat /test/example.vars; echo "nodectl_version=0.0.0"; echo "nodectl_url=http://127.0.0.1:8080"
-    echo "nodectl_sysext_flatcar_sha512=$(printf '%0128d' 0)"; echo "nodectl_sysext_fcos_sha512=$(printf '%0128d' 0)"; } >$d/vars
+    echo "nodectl_sysext_flatcar_sha512=$(printf '%0128d' 0)"; echo "nodectl_sysext_fcos_sha512=$(printf '%0128d' 0)"
+    echo "nodectl_release_key_base64=$(printf 'no key: the bench installs no update' | base64 -w0)"; } >$d/vars
   /test/nodectl-butane render $d/vars /test/butane/flatcar-controller.bu $d/c.bu &&
     /test/nodectl-butane translate $d/files $d/c.bu $d/c.ign || return 1
   for f in /etc/modules-load.d/nodectl.conf /etc/sysctl.d/50-nodectl.conf; do
