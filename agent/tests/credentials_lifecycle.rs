@@ -490,8 +490,8 @@ async fn a_denied_request_is_not_repeated_until_an_operator_acts() {
 }
 
 /// A refused bundle in the inbox does not hold back the node's credentials (bootstrap-kubeconfig
-/// only runs after `secrets`): the request is made and the node's kubeconfig written, while
-/// kubelet-running still waits for the bundle to be dealt with.
+/// only runs after `secrets`) nor kubelet: the request is made, the node's kubeconfig written
+/// and kubelet started. A refused bundle placed nothing (it is checked whole first).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_bundle_does_not_hold_back_the_nodes_certificate() {
     let api = Double::start(Options::default()).await.unwrap();
@@ -509,15 +509,17 @@ async fn a_refused_bundle_does_not_hold_back_the_nodes_certificate() {
         vec!["system:bootstrap:abcdef".to_string()]
     );
     assert!(node.root.path("/var/lib/kubelet/kubeconfig").exists());
-    assert_eq!(step(&r, "kubelet-running").name(), "blocked");
-    assert_eq!(node.calls()["start"], 0);
+    assert_applied(&r, "kubelet-running");
+    assert_eq!(node.calls()["start"], 1);
+    assert!(!node.root.path("/etc/cron.d/x").exists());
 }
 
 /// A controller waiting for its bundle, its bootstrap kubeconfig placed by provisioning (issue
-/// 18): kubelet's CA and env file are written while it waits, so the bundle's pass goes from
-/// the placement to kubelet; no certificate is requested before the bundle (the API server runs
-/// from it) and no pass is asked for meanwhile; the bundle's pass starts kubelet and leaves the
-/// request to the next pass, which makes it.
+/// 18): kubelet's CA and env file are written and kubelet started standalone while it waits
+/// (issue 38: as Typhoon's kubelet runs before its bundle), so the bundle's pass is the
+/// placement alone; no certificate is requested before the bundle (the API server runs from
+/// it) and no pass is asked for meanwhile; the bundle's pass leaves the request to the next
+/// pass, which makes it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_controller_waiting_for_its_bundle_writes_kubelets_files_and_asks_nobody() {
     let api = Double::start(Options::default()).await.unwrap();
@@ -538,7 +540,7 @@ async fn a_controller_waiting_for_its_bundle_writes_kubelets_files_and_asks_nobo
         let done = if first { "applied" } else { "converged" };
         assert_eq!(step(&r, "kubelet-ca").name(), done, "{r:?}");
         assert_eq!(step(&r, "kubelet-credentials").name(), done, "{r:?}");
-        assert_eq!(step(&r, "kubelet-running").name(), "blocked");
+        assert_eq!(step(&r, "kubelet-running").name(), done, "{r:?}");
         assert_eq!(
             recheck, None,
             "a controller waiting for its bundle asked for a pass"
@@ -561,7 +563,7 @@ async fn a_controller_waiting_for_its_bundle_writes_kubelets_files_and_asks_nobo
         0,
         "a request before the control plane's bundle"
     );
-    assert_eq!(node.calls()["start"], 0);
+    assert_eq!(node.calls()["start"], 1);
 
     common::drop_bundle(
         node.root.dir(),
@@ -579,12 +581,16 @@ async fn a_controller_waiting_for_its_bundle_writes_kubelets_files_and_asks_nobo
     assert_applied(&r, "secrets");
     assert_eq!(step(&r, "kubelet-ca").name(), "converged", "{r:?}");
     assert_applied(&r, "kubelet-credentials");
-    assert_applied(&r, "kubelet-running");
-    assert_eq!(node.calls()["start"], 1);
+    assert_eq!(step(&r, "kubelet-running").name(), "converged", "{r:?}");
+    assert_eq!(
+        node.calls()["start"],
+        1,
+        "kubelet started once, before the bundle"
+    );
     assert_eq!(
         api.csrs().len(),
         0,
-        "the request came before kubelet's start"
+        "the request was made in the bundle's pass"
     );
     assert_eq!(
         recheck,

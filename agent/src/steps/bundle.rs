@@ -307,6 +307,10 @@ pub(crate) fn plan(
     };
     let mut out = Plan::default();
     let mut dirs: Vec<DirPlacement> = Vec::new();
+    // What kubelet starts pods from, renamed after everything else (`Rule::starts_pods`),
+    // whatever the bundle's order (Terraform writes its records sorted by name, so
+    // `static-manifests/` comes before `tls/`).
+    let mut pods: Vec<Placement> = Vec::new();
     for r in records {
         let Some((rule, rest)) = layout
             .iter()
@@ -340,7 +344,7 @@ pub(crate) fn plan(
         if rule.dest.is_some() {
             add_dirs(&mut dirs, rule, &dest, &label);
         }
-        if let Some(first) = out.files.iter().find(|p| p.dest == dest) {
+        if let Some(first) = out.files.iter().chain(&pods).find(|p| p.dest == dest) {
             return Err(err(
                 r,
                 format!(
@@ -355,15 +359,21 @@ pub(crate) fn plan(
         } else {
             rule.file_mode
         };
-        out.files.push(Placement {
+        let placement = Placement {
             record: r.path.clone(),
             dest,
             owner: rule.owner,
             mode,
             label,
             content: r.content.clone(),
-        });
+        };
+        if rule.starts_pods {
+            pods.push(placement);
+        } else {
+            out.files.push(placement);
+        }
     }
+    out.files.extend(pods);
     // Parents before children.
     dirs.sort_by_key(|d| d.dest.components().count());
     out.dirs = dirs;
@@ -417,6 +427,37 @@ mod tests {
         );
         assert_eq!(r[1].content, b"apiVersion: v1\nkind: Config\n");
         assert_eq!(r[1].line, 5);
+    }
+
+    #[test]
+    fn static_manifests_are_placed_after_every_file_a_pod_reads() {
+        // Terraform's order (records sorted by name): static-manifests/ before tls/.
+        let b = bundle(&[
+            (
+                "auth/admin.conf",
+                "users:\n- user:\n    client-key-data: abc",
+            ),
+            ("manifests/coredns/deployment.yaml", "kind: Deployment"),
+            ("static-manifests/kube-apiserver.yaml", "kind: Pod"),
+            ("static-manifests/kube-scheduler.yaml", "kind: Pod"),
+            ("tls/etcd/etcd-client.key", KEY),
+            ("tls/k8s/apiserver.key", KEY),
+            ("tls/k8s/ca.crt", CA),
+        ]);
+        let p = controller_plan(&b).unwrap();
+        let records: Vec<&str> = p.files.iter().map(|x| x.record.as_str()).collect();
+        assert_eq!(
+            records,
+            [
+                "auth/admin.conf",
+                "manifests/coredns/deployment.yaml",
+                "tls/etcd/etcd-client.key",
+                "tls/k8s/apiserver.key",
+                "tls/k8s/ca.crt",
+                "static-manifests/kube-apiserver.yaml",
+                "static-manifests/kube-scheduler.yaml",
+            ]
+        );
     }
 
     #[test]

@@ -1,4 +1,12 @@
 //! The `kubelet-running` step: kubelet.service started once everything it needs is in place.
+//!
+//! Not once the bootstrap bundle is: a controller's kubelet runs standalone before its bundle
+//! comes, as Typhoon's does (kubelet.service enabled in Ignition, or started by kubelet.path),
+//! so when the bundle comes only the placement and the static pods' own start stand between it
+//! and a running control plane. Nothing a pod reads is ever seen before it is in place: every
+//! file is renamed in with its final owner, mode and label, and the static manifests kubelet
+//! starts pods from are renamed last (`layout::Rule::starts_pods`). In a pass that finds a
+//! bundle, the bundle is placed before kubelet starts (`after`).
 
 use futures_util::future::BoxFuture;
 use futures_util::FutureExt;
@@ -22,12 +30,16 @@ impl Step for KubeletRunning {
             "node-identity",
             "node-files",
             "kubelet-unit",
-            "secrets",
             "relabel",
             "bootstrap-kubeconfig",
             "kubelet-ca",
             "kubelet-credentials",
         ]
+    }
+    /// A bundle found in the same pass is placed first; one that waits (a controller's, not
+    /// copied in yet) or is refused holds nothing kubelet needs to start.
+    fn after(&self) -> &'static [&'static str] {
+        &["secrets"]
     }
     fn observe<'a>(&'a self, cx: &'a Cx) -> BoxFuture<'a, anyhow::Result<Observation>> {
         async move {

@@ -22,6 +22,11 @@ pub(crate) struct Rule {
     pub controller_only: bool,
     /// etcd credentials: refused on workers with its own message.
     pub etcd: bool,
+    /// kubelet starts pods from these files (its staticPodPath): they are renamed into place
+    /// after every other file of the bundle, so a kubelet already running (a controller's,
+    /// standalone before its bundle comes) never starts a pod before the keys, certificates and
+    /// kubeconfigs it reads are in place with their final owner, mode and label.
+    pub starts_pods: bool,
 }
 
 const SHARED: Option<&str> = Some("system_u:object_r:container_file_t:s0");
@@ -60,6 +65,7 @@ pub(crate) const TYPHOON_LAYOUT: &[Rule] = &[
         label: None,
         controller_only: true,
         etcd: true,
+        starts_pods: false,
     },
     Rule {
         pattern: "tls/etcd/server*",
@@ -72,6 +78,7 @@ pub(crate) const TYPHOON_LAYOUT: &[Rule] = &[
         label: None,
         controller_only: true,
         etcd: true,
+        starts_pods: false,
     },
     Rule {
         pattern: "tls/etcd/etcd-client*",
@@ -84,6 +91,7 @@ pub(crate) const TYPHOON_LAYOUT: &[Rule] = &[
         label: SHARED,
         controller_only: true,
         etcd: true,
+        starts_pods: false,
     },
     Rule {
         pattern: "tls/etcd/*",
@@ -96,6 +104,7 @@ pub(crate) const TYPHOON_LAYOUT: &[Rule] = &[
         label: None,
         controller_only: true,
         etcd: true,
+        starts_pods: false,
     },
     Rule {
         pattern: "auth/*",
@@ -108,6 +117,7 @@ pub(crate) const TYPHOON_LAYOUT: &[Rule] = &[
         label: SHARED,
         controller_only: true,
         etcd: false,
+        starts_pods: false,
     },
     Rule {
         pattern: "tls/k8s/*",
@@ -120,6 +130,7 @@ pub(crate) const TYPHOON_LAYOUT: &[Rule] = &[
         label: SHARED,
         controller_only: true,
         etcd: false,
+        starts_pods: false,
     },
     Rule {
         pattern: "static-manifests/*",
@@ -132,6 +143,7 @@ pub(crate) const TYPHOON_LAYOUT: &[Rule] = &[
         label: SHARED,
         controller_only: true,
         etcd: false,
+        starts_pods: true,
     },
     Rule {
         pattern: "manifests/**",
@@ -144,6 +156,7 @@ pub(crate) const TYPHOON_LAYOUT: &[Rule] = &[
         label: None,
         controller_only: true,
         etcd: false,
+        starts_pods: false,
     },
     Rule {
         pattern: "kubelet/kubeconfig",
@@ -157,5 +170,6 @@ pub(crate) const TYPHOON_LAYOUT: &[Rule] = &[
         label: None,
         controller_only: false,
         etcd: false,
+        starts_pods: false,
     },
 ];

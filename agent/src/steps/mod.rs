@@ -79,7 +79,9 @@ mod tests {
     use super::*;
 
     /// kubelet must never start before anything else the node needs: every other step is a
-    /// (transitive) dependency of kubelet-running.
+    /// (transitive) dependency of kubelet-running, but for the bundle, placed before kubelet
+    /// starts when it is there and not awaited when it is not (a controller's kubelet runs
+    /// standalone before its bundle, whose static manifests are renamed in last).
     #[test]
     fn kubelet_running_depends_on_every_other_step() {
         let steps = all();
@@ -92,7 +94,14 @@ mod tests {
             steps
                 .iter()
                 .find(|s| s.id() == id)
-                .map(|s| s.deps().to_vec())
+                .map(|s| {
+                    let mut d = s.deps().to_vec();
+                    if s.id() == "kubelet-running" {
+                        assert_eq!(s.after(), ["secrets"], "ordered after the bundle");
+                        d.extend(s.after());
+                    }
+                    d
+                })
                 .unwrap_or_default()
         };
         let mut reach = std::collections::BTreeSet::new();
