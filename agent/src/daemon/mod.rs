@@ -50,7 +50,8 @@ pub struct Options {
 }
 
 /// How long after a pass (the first since the last trim) nodectld gives back memory freed by
-/// work that outlived the pass, and unmaps the code it ran (`memory::release_code`).
+/// work that outlived the pass. (Its code is not unmapped: that lowered RSS, not the memory the
+/// node holds for it, whose pages stay in the page cache charged to the unit; issue 38.)
 const LATE_TRIM: Duration = Duration::from_secs(10);
 
 /// The signals that stop nodectld or ask for a pass.
@@ -199,10 +200,6 @@ async fn converge_loop(
         }
         checks.follow(root, settings.as_ref(), &passes.shared);
         reporter.follow(root, settings.as_ref(), &passes.shared);
-        // Between passes nodectld runs little code: what this pass ran is unmapped now (minor
-        // faults bring it back for the next), and once more by the late trim, after the work
-        // that outlives a pass (a background request, a condition report).
-        crate::memory::release_code();
         trim_at.get_or_insert_with(|| tokio::time::Instant::now() + LATE_TRIM);
         let Some(t) = next_trigger(opts, recheck, watcher, signals, rx, &mut trim_at).await else {
             break;
@@ -264,8 +261,7 @@ async fn next_trigger(
             _ = signals.int.recv() => break None,
             _ = tokio::time::sleep_until(trim_at.unwrap_or(resync_at)), if trim_at.is_some() => {
                 crate::memory::release_freed();
-                let code = crate::memory::release_code();
-                tracing::debug!(bytes = code, "idle: freed memory and unused code pages given back");
+                tracing::debug!("idle: freed memory given back");
                 *trim_at = None;
             }
         }
