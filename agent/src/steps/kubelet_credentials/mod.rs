@@ -297,10 +297,10 @@ impl Step for KubeletCredentials {
                 // makes the request.
                 request::defer(&self.state, cx);
             } else if let (Some(via), false) = (via, waiting && !self.running()) {
-                let mut done = request::start(&self.state, cx, via);
-                // An auto-approved request ends within the pass; a longer one continues in the
-                // background and wakes the daemon when it ends.
-                let _ = tokio::time::timeout(inline_wait, done.wait_for(|d| *d)).await;
+                let done = request::start(&self.state, cx, via);
+                // An auto-approved request (or an unreachable server) ends within the pass; a
+                // longer one continues in the background and wakes the daemon when it ends.
+                request::await_end(&self.state, done, inline_wait).await;
             }
             self.write_files(cx).await
         }

@@ -58,6 +58,10 @@ pub(super) struct State {
     /// Counts denied or failed requests in a row (their longer backoff).
     refusals: u32,
     done: Option<tokio::sync::watch::Receiver<bool>>,
+    /// A pass waits for the request's end ([`await_end`]): a backoff that begins within that
+    /// wait is seen by the pass itself, so it wakes the daemon for no second pass (one pass per
+    /// attempt while the API server is away).
+    awaited: bool,
 }
 
 pub(super) type Shared = Arc<Mutex<State>>;
@@ -197,14 +201,28 @@ pub(super) fn start(state: &Shared, cx: &Cx, via: Via) -> tokio::sync::watch::Re
     tracing::info!(via = %via, node = %job.settings.node_name, "requesting a node client certificate");
     tokio::spawn(async move {
         let result = job.run(via).await;
-        job.record(result);
+        let awaited = job.record(result);
         crate::memory::release_freed();
         let _ = tx.send(true);
-        if let Some(w) = job.waker {
+        if let (Some(w), false) = (job.waker, awaited) {
             w();
         }
     });
     rx
+}
+
+/// Waits up to `wait` for the request behind `done` to end, within a pass: an end in that time
+/// is the pass's to see (its check after the apply reads the phase), not a wakeup.
+pub(super) async fn await_end(
+    state: &Shared,
+    mut done: tokio::sync::watch::Receiver<bool>,
+    wait: std::time::Duration,
+) {
+    lock(state).awaited = true;
+    let _ = tokio::time::timeout(wait, done.wait_for(|d| *d)).await;
+    // (the phase and this flag change under one lock: a request that ends after this wakes
+    // the daemon, one that ended before it left its phase for this pass to read)
+    lock(state).awaited = false;
 }
 
 impl Job {
@@ -249,7 +267,9 @@ impl Job {
     }
 
     /// The phase a request's end leaves: idle, refused (60 s doubling to an hour), or a backoff.
-    fn record(&self, result: Result<Issued, BootstrapError>) {
+    /// Returns whether a pass was waiting for this end and it is a backoff, which that pass's
+    /// check after its apply schedules (no wakeup, no second pass for the attempt).
+    fn record(&self, result: Result<Issued, BootstrapError>) -> bool {
         let mut st = lock(&self.state);
         let now = SystemTime::now();
         st.phase = match result {
@@ -300,5 +320,8 @@ impl Job {
                 }
             }
         };
+        // (only a backoff: the check after the apply asks for the pass at its end; an issued
+        // or refused certificate wakes the daemon, whose next pass acts on it)
+        st.awaited && matches!(st.phase, Phase::Backoff { .. })
     }
 }
