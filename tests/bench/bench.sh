@@ -1,21 +1,26 @@
 #!/bin/bash
-# Tier 3 benchmark (issues 17 and 18), inside the VM in the same boot as the other suites
+# Tier 3 benchmark (issues 17, 18 and 38), inside the VM in the same boot as the other suites
 # (SELinux enforcing with MCS, QEMU TCG): nodectld against what it replaces, on the same
 # controller bundle of 22 Typhoon records, and nodectld's footprint in every state it idles in.
-#   B1  a fresh controller's first pass (nodectld started, units rendered, waiting for secrets)
-#   B2  Typhoon's glue: the bundle renamed into place, /opt/bootstrap/layout (awk, mv,
-#       chown/chmod, chcon -R), systemctl daemon-reload, systemctl start kubelet
-#   B3  nodectld: the same bundle renamed into the inbox; kubelet started when its files are in
-#       place (no API server: a fresh controller's API server is one of its static pods)
+#   B1  a fresh controller's first pass (nodectld started, units rendered, kubelet started
+#       standalone, waiting for the bundle)
+#   B2/B3  five rounds each, in turn, kubelet (the stand-in image, its static pods run with
+#       podman) running before the bundle on both sides: Typhoon's flow (the bundle renamed in,
+#       /opt/bootstrap/layout: awk, mv, chown/chmod, chcon -R) against nodectld's (the bundle
+#       renamed into its inbox). From the rename: (a) every file in place with its final owner,
+#       mode and label; (b) every static pod running and having read all its files; (b - a)
+#       the pods' own start; reads that failed before the files were in place
 #   B4  nodectl status against systemctl status kubelet
-#   B5  idle for 30 s in each state: waiting for secrets, converged standalone with the API away,
-#       a refused bundle, a worker waiting for the API, for approval, denied, converged
+#   B5  idle for 30 s in each state: waiting for the bundle, converged standalone with the API
+#       away, a refused bundle, a worker waiting for the API (and 5 minutes in), for approval,
+#       denied, converged: memory (private, memory.current, RSS), CPU, passes
 #   B6  relabel of 20 000 files against chcon -R (relabel-bench)
-# Each figure is printed with its baseline or target and the ratio; the table at the end goes
-# into docs/testing.md. The run fails when a guard below is exceeded.
+# Each figure is printed with its baseline or target and the ratio, unrounded; the table at the
+# end goes into docs/testing.md as printed. The run fails when a guard (a target plus the noise
+# allowance measured over the runs in docs/testing.md) is exceeded.
 # /test holds: check.sh, lib.sh, nodectld-release, nodectl-release, nodectl, nodectld.service,
 # org.nodectl.Agent1.conf, controller.toml, worker.toml, nodectl-apiserver-double, relabel-bench,
-# rename-now (a bundle's arrival: the rename, timed right before the call).
+# kubelet-standin/, rename-now (a bundle's arrival: the rename, timed right before the call).
 . /test/check.sh
 . /test/lib.sh
 export NO_COLOR=1
@@ -72,42 +77,56 @@ clean_node() {
   rm -rf /etc/kubernetes/pki /etc/kubernetes/manifests /etc/ssl/etcd /opt/bootstrap/assets /root/glue $INBOX
 }
 
-# idle NAME MAX_PASSES: nodectld's footprint after 5 s settling and over 30 s of idling: CPU
-# ticks, context switches (wakeups), passes, RSS and anonymous memory at the end. Guards: RSS
-# <= 12 MiB and anonymous <= 4 MiB (the targets are 8 and 2; the table says which are met); no
-# pass but MAX_PASSES (a state that backs off: two passes per attempt, one starting it and one
-# when it ends, attempts 2 s doubling apart), and at most 5 CPU ticks plus 30 per pass (a pass
-# costs 5-23 ticks under TCG: its bus calls and file checks; 13-14 a pass where a request backs
-# off in boots at the usual speed, 23 in a boot where the host ran TCG 1.5x slower; idling itself, the late trim and a
-# timer, 0-2 ticks, up to 4 in a boot where the host ran TCG at half speed; the 2 s retry loop
-# of issue 18 cost 36). Nothing calls nodectld in the window (the pass count comes from its
-# metrics file), so serving a call is not counted as idling.
+# idle NAME MAX_PASSES [MAX_TICKS]: nodectld's footprint after 5 s settling and over 30 s of
+# idling: CPU ticks, context switches (wakeups), passes, and its memory at the end:
+# - private: anonymous or private dirty, each page once (per mapping of /proc/<pid>/smaps, the
+#   larger of Anonymous and Private_Dirty): what nodectld itself holds and the node cannot get
+#   back without swap. Target <= 2 MiB in every state; guard 2 MiB + 0.25 MiB (the spread
+#   between boots of the same state in docs/testing.md's runs).
+# - the unit's memory.current (cgroup v2: its anonymous memory, the page cache it brought in,
+#   kernel memory), with its anon/file split from memory.stat; compared across states at the end.
+# - RSS, shown beside them (it counts the binary's code pages, which are page cache).
+# No pass but MAX_PASSES (a state that backs off: one pass per attempt, attempts 2 s doubling
+# apart to a 64 s cap, with jitter), and at most MAX_TICKS CPU ticks (default 5 plus 30 per
+# pass: a pass costs 5-23 ticks under TCG, its bus calls and file checks; idling itself, the
+# late trim and a timer, 0-2 ticks, up to 4 in a boot where the host ran TCG at half speed).
+# Nothing calls nodectld in the window (the pass count comes from its metrics file), so
+# serving a call is not counted as idling.
+MEM_ROWS=/tmp/bench-mem
+: >$MEM_ROWS
 idle() {
-  local name=$1 max_passes=$2 pid t0 t1 w0 w1 p0 p1 rss anon
-  sleep 5
+  local name=$1 max_passes=$2 max_ticks=${3:-} pid t0 t1 w0 w1 p0 p1 rss anon pdirty priv cur cg ticks passes
+  idle_wait 5
   pid=$(systemctl show -p MainPID --value nodectld.service)
+  cg=/sys/fs/cgroup$(systemctl show -p ControlGroup --value nodectld.service)
   ticks() { awk '{print $14 + $15}' "/proc/$pid/stat"; }
   wakeups() { cat /proc/"$pid"/task/*/status | awk '/ctxt_switches/ {n += $2} END {print n}'; }
   # (the pass count from the metrics file nodectld rewrites after each pass: no call to it)
   passes() { awk '$1 == "nodectl_passes_total" {print $2}' /run/nodectl/metrics/nodectl.prom; }
   t0=$(ticks); w0=$(wakeups); p0=$(passes)
-  sleep 30
+  idle_wait 30
   t1=$(ticks); w1=$(wakeups); p1=$(passes)
   rss=$(awk '/^Rss:/ {print $2}' "/proc/$pid/smaps_rollup")
   anon=$(awk '/^Anonymous:/ {print $2}' "/proc/$pid/smaps_rollup")
-  local ticks=$((t1 - t0)) passes=$((p1 - p0))
-  echo "  | idle '$name': RSS $rss kB, anonymous $anon kB, CPU $ticks ticks, $((w1 - w0)) wakeups, $passes passes in 30 s ($(nodectl status | head -1))"
+  pdirty=$(awk '/^Private_Dirty:/ {print $2}' "/proc/$pid/smaps_rollup")
+  priv=$(awk '/^[0-9a-f]+-[0-9a-f]+ / {t += (a > d ? a : d); a = 0; d = 0} /^Anonymous:/ {a = $2} /^Private_Dirty:/ {d = $2}
+              END {t += (a > d ? a : d); print t}' "/proc/$pid/smaps")
+  cur=$(($(cat "$cg/memory.current") / 1024))
+  local cg_anon cg_file
+  cg_anon=$(awk '$1 == "anon" {print int($2 / 1024)}' "$cg/memory.stat")
+  cg_file=$(awk '$1 == "file" {print int($2 / 1024)}' "$cg/memory.stat")
+  ticks=$((t1 - t0)) passes=$((p1 - p0))
+  [ -n "$max_ticks" ] || max_ticks=$((5 + 30 * passes))
+  echo "  | idle '$name': private (anonymous or dirty) $priv kB (anonymous $anon kB, private dirty $pdirty kB), memory.current $cur kB (anon $cg_anon kB, file $cg_file kB), RSS $rss kB; CPU $ticks ticks, $((w1 - w0)) wakeups, $passes passes in 30 s ($(nodectl status | head -1))"
   awk '/^[0-9a-f]+-[0-9a-f]+ / {name = ($6 == "" ? "[anon]" : $6)} /^Anonymous:/ {a[name] += $2} /^Rss:/ {r[name] += $2}
        END {for (n in r) if (r[n] >= 256) printf "  |   %6d kB resident, %6d kB anonymous  %s\n", r[n], a[n], n}' "/proc/$pid/smaps" | sort -k5
-  # Unnamed mappings holding 1 MiB or more: their size tells a thread stack (2 MiB) from a malloc
-  # arena (64 MiB reserved).
-  awk '/^[0-9a-f]+-[0-9a-f]+ / {m = $1; anon = ($6 == "")} /^Size:/ {sz = $2} /^Rss:/ {if (anon && $2 >= 1024) printf "  |   unnamed mapping %s: size %d kB, resident %d kB\n", m, sz, $2}' "/proc/$pid/smaps"
   echo "  |   threads: $(cat /proc/"$pid"/task/*/comm | sort | uniq -c | tr -s ' ' | tr '\n' ',')"
-  row "idle: $name | RSS $((rss / 1024)).$(((rss % 1024) * 10 / 1024)) MiB, anonymous $((anon / 1024)).$(((anon % 1024) * 10 / 1024)) MiB | $ticks CPU ticks, $((w1 - w0)) wakeups, $passes passes in 30 s | RSS <= 8 MiB, anonymous <= 2 MiB: $([ "$rss" -le 8192 ] && [ "$anon" -le 2048 ] && echo met || echo "not met")"
-  check "B5 $name: RSS $rss kB <= 12 MiB (guard)" test "$rss" -le 12288
-  check "B5 $name: anonymous $anon kB <= 4 MiB (guard)" test "$anon" -le 4096
+  mib() { awk -v k="$1" 'BEGIN { printf "%.2f", k / 1024 }'; }
+  row "idle: $name | private $(mib "$priv") MiB (anonymous $(mib "$anon"), dirty $(mib "$pdirty")); memory.current $(mib "$cur") MiB; RSS $(mib "$rss") MiB | $ticks CPU ticks, $((w1 - w0)) wakeups, $passes passes in 30 s | private <= 2 MiB: $([ "$priv" -le 2048 ] && echo met || echo "not met")"
+  echo "$cur $name" >>$MEM_ROWS
+  check "B5 $name: private $priv kB <= 2 MiB + 0.25 (guard: target and allowance)" test "$priv" -le 2304
   check "B5 $name: $passes passes in 30 s (at most $max_passes)" test "$passes" -le "$max_passes"
-  check "B5 $name: $ticks CPU ticks in 30 s (at most 5 + 30 per pass)" test "$ticks" -le $((5 + 30 * passes))
+  check "B5 $name: $ticks CPU ticks in 30 s (at most $max_ticks)" test "$ticks" -le "$max_ticks"
 }
 
 # nodectld's journal since $1 (a date), each line with its ms after $2 (us), the per-file lines
@@ -157,7 +176,12 @@ restorecon /usr/local/bin/nodectld /usr/local/bin/nodectl
 mkdir -p /etc/systemd/system/nodectld.service.d
 printf '[Service]\nEnvironment=NODECTL_LOG=info,nodectl::fsio=debug,nodectl::engine=debug,nodectl_units::systemd=debug\n' >/etc/systemd/system/nodectld.service.d/50-bench.conf
 install -D -m 0600 /root/bootstrap-kubeconfig /etc/kubernetes/kubeconfig
-kubelet_standin
+# kubelet: the stand-in image (an operator's image drop-in, as controller.sh), which runs the
+# static pods with podman: the same kubelet and pod runner for nodectld and the glue (B2/B3).
+check "stand-in kubelet image built offline" /test/kubelet-standin/build-image.sh localhost/kubelet-standin:test
+busybox_image localhost/pod:1
+mkdir -p /etc/systemd/system/kubelet.service.d
+printf '[Service]\nEnvironment=KUBELET_IMAGE=localhost/kubelet-standin:test\n' >/etc/systemd/system/kubelet.service.d/10-image-override.conf
 systemctl daemon-reload
 # From a synced disk, as B2 and B3: what the earlier suites left dirty is not this pass's to
 # write (its first fsync commits the ext4 journal, which in data=ordered first writes every
@@ -172,18 +196,26 @@ echo "  | first pass: $first ms ($(nodectl status --json | jq -r '.daemon.last_p
 echo "  | its journal (ms after systemctl start):"
 journal_from "$since" "$t0"
 row "first pass on a fresh controller | $first ms | start to READY $(ms $((t1 - t0))) ms | <= 1000 ms: $([ "$first" -le 1000 ] && echo met || echo "not met")"
-check "B1 the first pass within 3 s (guard; the target is 1 s)" test "$first" -le 3000
+check "B1 the first pass $first ms <= 1 s + 0.25 (guard: target and allowance)" test "$first" -le 1250
 check "B1 the files Ignition placed are nodectld's: no oneshot restarted" sh -c "! journalctl -u nodectld.service --since '$since' --no-pager | grep -q 'restart systemd-'"
 check "B1 the controller waits for its secrets" wait_until 20 sh -c '[ "$(nodectl status --json | jq -r ".steps[] | select(.id==\"secrets\") | .state")" = waiting ]'
-expect "B1 kubelet not started before the secrets" "$(systemctl is-active kubelet.service)" inactive
+# As Typhoon's: kubelet runs (standalone) before the bundle; what it starts pods from comes last.
+check "B1 kubelet runs before the bundle" wait_until 60 sh -c '[ "$(systemctl is-active kubelet.service)" = active ]'
 # (the first pass and the one that makes the bundle's directories ahead, after the look-ahead)
 expect "B1 no step failed on the way" "$(journalctl -u nodectld.service --since "$since" --no-pager | grep -c 'step [a-z-]* failed')" 0
 
 idle "waiting for secrets (fresh controller)" 0
 
-echo "## B2: Typhoon's glue on the bundle"
-clean_node
-cat >/root/layout <<'EOF'
+echo "## B2/B3: Typhoon's flow and nodectld's, kubelet running before the bundle"
+# Typhoon's flow, as it runs on a controller: kubelet.service is already running (enabled in
+# Ignition on the clouds, started by kubelet.path on bare metal; its unit makes
+# /etc/kubernetes/manifests first: `ExecStartPre=/bin/mkdir -p /etc/kubernetes/manifests`), and
+# Terraform's ssh.tf copies the bundle to /home/core/assets and runs `sudo /opt/bootstrap/layout`.
+# The layout script is Typhoon's, verbatim in effect (poseidon/typhoon
+# fedora-coreos/kubernetes/butane/controller.yaml, /opt/bootstrap/layout): awk splits the
+# bundle, mv, chown/chmod, chcon -R last. kubelet picks the static manifests up from its
+# staticPodPath (the stand-in watches it as kubelet's file source does). Nothing else runs.
+cat >/root/layout <<'LAYOUT'
 #!/bin/bash -e
 mkdir -p -- auth tls/{etcd,k8s} static-manifests manifests/{coredns,kube-proxy,network}
 awk '/#####/ {filename=$2; next} {print > filename}' assets
@@ -201,56 +233,90 @@ mkdir -p /opt/bootstrap/assets
 mv manifests /opt/bootstrap/assets/manifests
 rm -rf assets auth static-manifests tls manifests
 chcon -R -u system_u -t container_file_t /etc/kubernetes/pki
-EOF
+LAYOUT
 chmod 0544 /root/layout
 make_bundle /tmp/bench-bundle
 expect "the bundle has 22 records" "$(grep -c '^#####' /tmp/bench-bundle)" 22
 rm -f /tmp/bench-bundle
-# glue_round: one timed run of the glue on a fresh bundle; sets glue_job, glue_active,
-# glue_layout, glue_reload (ms after the rename, as microseconds).
-glue_round() {
-  local t0 t_layout t_reload g_job g_active
-  glue_job= glue_active=
+PODS="kube-apiserver kube-controller-manager kube-scheduler"
+# pod_lines: every line the static pods' containers logged (k8s-file: "TIME stdout F TEXT"),
+# read from their log files (no podman process while a round is measured).
+pod_lines() { cat /var/lib/containers/storage/overlay-containers/*/userdata/ctr.log 2>/dev/null | grep ' static pod '; }
+# pods_read: how many of the three static pods have read all their files.
+pods_read() { pod_lines | grep -E 'uid [0-9]+: read [0-9]+ files' | grep -oE 'static pod [a-z-]+/' | sort -u | wc -l; }
+# pods_all_read T0: sets pods_b, (b) for this round in us after T0: the last of the three pods' first
+# "read N files" line (printed once every file it names was read); sets failed_reads: the
+# attempts, one a second, in which a pod could not read some file before that line (its
+# "(K failed reads before)", summed over the pods).
+pods_all_read() {
+  local m l t last=0
+  failed_reads=0 pods_b=
+  for m in $PODS; do
+    l=$(pod_lines | grep -E "static pod $m/$m uid [0-9]+: read [0-9]+ files" | head -1)
+    [ -n "$l" ] || { pods_b="no-read-$m"; return; }
+    t=$(date -u -d "${l%% *}" +%s%6N)
+    [ "$t" -gt "$last" ] && last=$t
+    failed_reads=$((failed_reads + $(sed -n 's/.*(\([0-9]*\) failed reads before)$/\1/p' <<<"$l")))
+  done
+  pods_b=$((last - $1))
+}
+# round_reset: no kubelet, no static pod, none of the bundle's files.
+round_reset() {
   clean_node
-  [ "$(systemctl is-active kubelet.service)" = inactive ] || { fail "kubelet inactive before the glue's round"; return 1; }
-  mkdir -p /root/glue
-  make_bundle /root/glue/.assets
+  local c
+  for c in $(podman ps -a --filter name=^k8s_ --format '{{.Names}}'); do podman rm -f -t 0 "$c" >/dev/null 2>&1; done
+}
+# kubelet_watching: the stand-in (started by systemd) runs and watches its staticPodPath.
+kubelet_watching() {
+  wait_until 60 sh -c "journalctl -u kubelet.service --since '$1' --no-pager -o cat | grep -q 'kubelet stand-in: watching'"
+}
+# await_pods T0: waits (without a process in between looks: a FIFO read) for the three pods to
+# have read their files, at most 90 s.
+await_pods() {
+  local i
+  for i in $(seq 90); do
+    idle_wait 1
+    [ "$(pods_read)" = 3 ] && return 0
+  done
+  return 1
+}
+# glue_round: Typhoon's flow on a fresh bundle; sets glue_a, glue_b (us after the rename) and
+# glue_failed.
+glue_round() {
+  local t0 t_layout since
+  glue_a= glue_b= glue_failed=
+  round_reset
+  systemctl stop nodectld.service
+  since=$(date '+%Y-%m-%d %H:%M:%S')
+  # (Typhoon's kubelet.service ExecStartPre)
+  mkdir -p /etc/kubernetes/manifests
+  systemctl start kubelet.service
+  kubelet_watching "$since" || { fail "glue round: the kubelet stand-in watches its staticPodPath"; return 1; }
+  mkdir -p /root/glue && make_bundle /root/glue/.assets
   sync
   t0=$(/test/rename-now /root/glue/.assets /root/glue/assets)
   [[ $t0 =~ ^[0-9]+$ ]] || { fail "the glue's bundle renamed in (rename-now: '$t0')"; return 1; }
   (cd /root/glue && /root/layout)
   t_layout=$(us)
-  systemctl daemon-reload
-  t_reload=$(us)
-  systemctl start kubelet.service
-  g_job=$(unit_us kubelet.service InactiveExitTimestamp)
-  g_active=$(unit_us kubelet.service ActiveEnterTimestamp)
-  glue_job=$((g_job - t0)); glue_active=$((g_active - t0))
-  glue_layout=$((t_layout - t0)); glue_reload=$((t_reload - t_layout)); glue_start=$((g_active - t_reload))
+  glue_a=$((t_layout - t0))
+  await_pods || { fail "glue round: the three static pods read their files within 90 s"; return 1; }
+  pods_all_read "$t0"; glue_b=$pods_b glue_failed=$failed_reads
 }
-glue_round
-g1_layout=$glue_layout g1_reload=$glue_reload
-check "B2 the glue's kubelet is active" test "$(systemctl is-active kubelet.service)" = active
-echo "  | glue: layout $(ms $glue_layout) ms, daemon-reload $(ms $glue_reload) ms, start $(ms $glue_start) ms: start job at $(ms $glue_job) ms, active at $(ms $glue_active) ms"
-count=$(find /etc/kubernetes/pki /etc/kubernetes/manifests /etc/ssl/etcd /opt/bootstrap/assets -type f | wc -l)
-expect "B2 the glue placed 22 files" "$count" 22
-
-echo "## B3: nodectld on the same bundle"
-# nodectld_round NAME: one timed run of nodectld on a fresh bundle, its checks named NAME; sets
-# n_job, n_active (after the rename, in microseconds), n_t0 and n_since (the rename's time).
+# nodectld_round NAME: the same bundle renamed into nodectld's inbox, kubelet started by
+# nodectld before it; sets n_a, n_b (us after the rename), n_failed, n_t0 and n_since.
 nodectld_round() {
-  local name=$1 b3 opened
-  n_job= n_active=
-  clean_node
-  b3=$(date '+%Y-%m-%d %H:%M:%S')
+  local name=$1 since opened placed
+  n_a= n_b= n_failed=
+  round_reset
+  since=$(date '+%Y-%m-%d %H:%M:%S')
   check "$name: nodectld starts" systemctl start nodectld.service
-  check "$name: it waits for the secrets" wait_until 20 sh -c '[ "$(nodectl status --json | jq -r ".steps[] | select(.id==\"secrets\") | .state")" = waiting ]'
-  expect "$name: kubelet inactive" "$(systemctl is-active kubelet.service)" inactive
+  check "$name: it waits for the bundle" wait_until 20 sh -c '[ "$(nodectl status --json | jq -r ".steps[] | select(.id==\"secrets\") | .state")" = waiting ]'
+  check "$name: kubelet runs before the bundle, as Typhoon's does" wait_until 30 sh -c '[ "$(systemctl is-active kubelet.service)" = active ]'
+  kubelet_watching "$since" || { fail "$name: the kubelet stand-in watches its staticPodPath"; return 1; }
   # As on a real controller, where Terraform copies the bundle in well after the first boot:
-  # the labels its pass needs are looked up once the waiting pass is done.
-  check "$name: it looks up the bundle's default labels while waiting" wait_until 20 sh -c "journalctl -u nodectld.service --since '$b3' --no-pager | grep -q 'looked up ahead'"
-  # ... and the directories every bundle fills are made (empty) in a pass right after that,
-  # with their final owner, mode and the policy's label, so the bundle's pass only writes files.
+  # the labels its pass needs are looked up once the waiting pass is done, and the directories
+  # every bundle fills are made (empty) right after, with their final owner, mode and label.
+  check "$name: it looks up the bundle's default labels while waiting" wait_until 20 sh -c "journalctl -u nodectld.service --since '$since' --no-pager | grep -q 'looked up ahead'"
   check "$name: the directories a bundle fills are made while it waits" wait_until 10 test -d /etc/ssl/etcd/etcd
   expect "$name: /etc/ssl/etcd/etcd: owner and mode" "$(stat -c '%U %a' /etc/ssl/etcd/etcd)" "etcd 700"
   # (matchpathcon, as secrets.sh R2: restorecon would run in setfiles_t, denied the suite's log)
@@ -262,17 +328,14 @@ nodectld_round() {
   n_since=$(date '+%Y-%m-%d %H:%M:%S')
   n_t0=$(/test/rename-now $INBOX/.assets $INBOX/assets)
   [[ $n_t0 =~ ^[0-9]+$ ]] || { fail "$name: the bundle renamed in (rename-now: '$n_t0')"; return 1; }
-  # The times are systemd's (InactiveExitTimestamp), whenever they are read: the first look
-  # waits a second, without a process (a read that times out on a FIFO nobody writes), so that
-  # the polling's own `sh` and `systemctl` (tens of ms of CPU each under TCG, and requests
-  # systemd serves ahead of its idle-priority run queue) do not compete with the pass they
-  # measure, as nothing runs beside the glue's commands in B2.
-  idle_wait 1
-  check "$name: kubelet becomes active" wait_until 30 sh -c '[ "$(systemctl is-active kubelet.service)" = active ]'
-  n_job=$(($(unit_us kubelet.service InactiveExitTimestamp) - n_t0))
-  n_active=$(($(unit_us kubelet.service ActiveEnterTimestamp) - n_t0))
+  await_pods || { fail "$name: the three static pods read their files within 90 s"; return 1; }
+  pods_all_read "$n_t0"; n_b=$pods_b n_failed=$failed_reads
+  # (a): the bundle's pass logs "placed N files" once the last rename is done (journald's
+  # receive time, in us).
+  placed=$(journalctl -u nodectld.service --since "$n_since" --no-pager -o short-unix | grep -m1 'placed 22 files from' | cut -d' ' -f1)
+  [ -n "$placed" ] || { fail "$name: nodectld logged the bundle's placement"; return 1; }
+  n_a=$(( ${placed/./} - n_t0 ))
   expect "$name: nodectld placed 22 files" "$(find /etc/kubernetes/pki /etc/kubernetes/manifests /etc/ssl/etcd /opt/bootstrap/assets -type f | wc -l)" 22
-  # the bundle's pass: from the rename to its "pass finished" line
   opened=$(journalctl -u nodectld.service --since "$n_since" --no-pager -o short-unix | awk -v t0="$n_t0" '
     { t = $1; sub(/\./, "", t); if (substr(t, 1, 16) + 0 < t0 + 0) next }
     /file_contexts handle opened/ { n++ }
@@ -280,35 +343,51 @@ nodectld_round() {
     END { print (done ? n + 0 : "no-pass-line") }')
   expect "$name: the bundle's pass opened no file_contexts handle" "$opened" 0
 }
-nodectld_round B3
-echo "  | nodectld: start job at $(ms $n_job) ms, active at $(ms $n_active) ms after the rename; its journal from then (ms after the rename):"
-journal_from "$n_since" "$n_t0"
-# Two more rounds, the glue's and nodectld's in turn (a boot's speed drifts: both see it), and
-# the median of the three of each: one round's noise (phases vary by up to 2x under TCG) is not
-# the figure. Every round is printed.
-G_JOB=("$glue_job") G_ACTIVE=("$glue_active") N_JOB=("$n_job") N_ACTIVE=("$n_active")
-for round in 2 3; do
+# (the kubelet unit nodectld rendered in B1, with the stand-in image: the same on both sides)
+ROUNDS=5
+G_A=() G_B=() G_F=() N_A=() N_B=() N_F=()
+for round in $(seq $ROUNDS); do
   glue_round
-  check "B2 round $round: the glue's kubelet is active" test "$(systemctl is-active kubelet.service)" = active
+  check "B2 round $round: the glue placed 22 files" test "$(find /etc/kubernetes/pki /etc/kubernetes/manifests /etc/ssl/etcd /opt/bootstrap/assets -type f | wc -l)" = 22
+  G_A+=("$glue_a") G_B+=("$glue_b") G_F+=("$glue_failed")
   nodectld_round "B3 round $round"
-  G_JOB+=("$glue_job") G_ACTIVE+=("$glue_active") N_JOB+=("$n_job") N_ACTIVE+=("$n_active")
+  N_A+=("$n_a") N_B+=("$n_b") N_F+=("$n_failed")
+  [ "$round" = 1 ] && { echo "  | nodectld's journal from the rename (ms):"; journal_from "$n_since" "$n_t0"; }
 done
-# A round whose times could not be read (or a kubelet started before its arrival) is no figure.
-expect "B3 every round's times are after its arrival" "$(for v in "${G_JOB[@]}" "${G_ACTIVE[@]}" "${N_JOB[@]}" "${N_ACTIVE[@]}"; do
+# The last round's node stays (nodectld converged, kubelet standalone, the API away: B4, B5);
+# its static pods go (a manifest removed: the stand-in stops its pod, as kubelet does), so their
+# reads every second do not run beside the figures below.
+rm -f /etc/kubernetes/manifests/*.yaml
+check "B3 the static pods stop when their manifests go" wait_until 60 sh -c '[ -z "$(podman ps --filter name=^k8s_ --format "{{.Names}}")" ]'
+# A round whose times could not be read is no figure.
+expect "B3 every round's times are after its arrival" "$(for v in "${G_A[@]}" "${G_B[@]}" "${N_A[@]}" "${N_B[@]}"; do
   [[ $v =~ ^[0-9]+$ ]] && [ "$v" -gt 0 ] || echo "$v"; done)" ""
 median() { printf '%s\n' "$@" | sort -n | sed -n "$((($# + 1) / 2))p"; }
-for i in 0 1 2; do
-  echo "  | round $((i + 1)): start job glue $(ms "${G_JOB[i]}") ms, nodectld $(ms "${N_JOB[i]}") ms = $(ratio "${N_JOB[i]}" "${G_JOB[i]}")x; active glue $(ms "${G_ACTIVE[i]}") ms, nodectld $(ms "${N_ACTIVE[i]}") ms"
+# unrounded: the ratio as computed, 6 significant digits (judged as is, never rounded first)
+uratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.6g", (b > 0 ? a / b : 0) }'; }
+le() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a <= b) }'; }
+for i in $(seq 0 $((ROUNDS - 1))); do
+  echo "  | round $((i + 1)): (a) files placed: glue $(ms "${G_A[i]}") ms, nodectld $(ms "${N_A[i]}") ms = $(uratio "${N_A[i]}" "${G_A[i]}")x;" \
+    "(b) pods read their files: glue $(ms "${G_B[i]}") ms, nodectld $(ms "${N_B[i]}") ms = $(uratio "${N_B[i]}" "${G_B[i]}")x;" \
+    "failed reads: glue ${G_F[i]}, nodectld ${N_F[i]}"
 done
-glue_job=$(median "${G_JOB[@]}"); glue_active=$(median "${G_ACTIVE[@]}")
-n_job=$(median "${N_JOB[@]}"); n_active=$(median "${N_ACTIVE[@]}")
-r_job=$(ratio "$n_job" "$glue_job"); r_active=$(ratio "$n_active" "$glue_active")
-echo "  | arrival -> kubelet start job (median of 3): glue $(ms $glue_job) ms, nodectld $(ms $n_job) ms = ${r_job}x (target <= 0.1x)"
-echo "  | arrival -> kubelet active (median of 3):    glue $(ms $glue_active) ms, nodectld $(ms $n_active) ms = ${r_active}x"
-row "arrival -> kubelet start job (22 records, median of 3 rounds) | nodectld $(ms $n_job) ms | glue $(ms $glue_job) ms (round 1: layout $(ms $g1_layout) ms incl. chcon -R, daemon-reload $(ms $g1_reload) ms) | ${r_job}x, target <= 0.1x: $(awk -v r="$r_job" 'BEGIN{print (r <= 0.1 ? "met" : "not met")}')"
-row "arrival -> kubelet active (median of 3 rounds) | nodectld $(ms $n_active) ms | glue $(ms $glue_active) ms | ${r_active}x"
-check "B3 arrival -> start job within 0.6x of the glue's (guard; the target is 0.1x)" \
-  awk -v r="$r_job" 'BEGIN { exit !(r <= 0.6) }'
+ga=$(median "${G_A[@]}") na=$(median "${N_A[@]}") gb=$(median "${G_B[@]}") nb=$(median "${N_B[@]}")
+gr=$(median $(for i in $(seq 0 $((ROUNDS - 1))); do echo $((G_B[i] - G_A[i])); done))
+nr=$(median $(for i in $(seq 0 $((ROUNDS - 1))); do echo $((N_B[i] - N_A[i])); done))
+gf=$(printf '%s\n' "${G_F[@]}" | awk '{n += $1} END {print n + 0}') nf=$(printf '%s\n' "${N_F[@]}" | awk '{n += $1} END {print n + 0}')
+ra=$(uratio "$na" "$ga") rb=$(uratio "$nb" "$gb")
+echo "  | (a) arrival -> every file placed with its final owner, mode and label (median of $ROUNDS): glue $(ms $ga) ms, nodectld $(ms $na) ms = ${ra}x (target <= 0.2x)"
+echo "  | (b) arrival -> every static pod running, its files read (median of $ROUNDS): glue $(ms $gb) ms, nodectld $(ms $nb) ms = ${rb}x (target <= 1x)"
+echo "  |     of which the pods' own start (b - a, median): glue $(ms $gr) ms, nodectld $(ms $nr) ms"
+echo "  | failed reads (a pod reading a file not yet in place or labeled): glue $gf, nodectld $nf in $ROUNDS rounds"
+met() { le "$1" "$2" && echo met || echo "not met"; }
+row "(a) arrival -> all 22 files placed, final owner, mode, label (median of $ROUNDS) | nodectld $(ms $na) ms | glue's layout $(ms $ga) ms | ${ra}x, target <= 0.2x: $(met "$ra" 0.2)"
+row "(b) arrival -> 3 static pods running, files read (median of $ROUNDS) | nodectld $(ms $nb) ms (pods' own start $(ms $nr) ms) | glue $(ms $gb) ms (pods' own start $(ms $gr) ms) | ${rb}x, target <= 1x: $(met "$rb" 1)"
+row "failed reads before the files were in place | nodectld $nf | glue $gf | target 0"
+# Guards: the target plus the noise allowance measured over the runs in docs/testing.md.
+check "B3 (a) ${ra}x <= 0.2x + 0.05 (guard: target and allowance)" le "$ra" 0.25
+check "B3 (b) ${rb}x <= 1x + 0.15 (guard: target and allowance)" le "$rb" 1.15
+expect "B3 no static pod read a file of nodectld's before it was in place with its label" "$nf" 0
 
 echo "## B4: nodectl status against systemctl status kubelet"
 # The median of 11 calls each: a call that comes while nodectld runs a pass waits for it (the
@@ -346,7 +425,13 @@ install -D -m 0644 /test/worker.toml /etc/nodectl/config.d/10-node.toml
 check "nodectld starts as a worker" systemctl start nodectld.service
 check "B5 the worker waits for the API" wait_until 30 sh -c \
   'nodectl status --json | jq -e ".steps[] | select(.id==\"kubelet-credentials\") | .state == \"waiting\""'
-idle "worker waiting for the API (unreachable)" 8
+idle "worker waiting for the API (unreachable)" 4
+# The API away for 5 minutes: the attempts are spaced by the capped backoff (64 s, jitter
+# 0.8-1.2: at least 51 s apart, so a 30 s window holds one attempt at most, one pass each).
+started=$(unit_us nodectld.service ActiveEnterTimestamp)
+wait_s=$(((started + 295000000 - $(us)) / 1000000))
+[ "$wait_s" -gt 0 ] && idle_wait "$wait_s"
+idle "worker waiting for the API, 5 min in" 1
 check "the double asks for manual approval" start_apiserver_double --ca-key /root/bench-ca.key --approval manual
 systemctl restart nodectld.service
 check "B5 the worker waits for approval" wait_until 30 sh -c \
@@ -362,6 +447,12 @@ systemctl restart nodectld.service
 check "B5 the worker converges" wait_until 60 sh -c \
   'nodectl status --json | jq -e ".daemon.status_line == \"node converged\" and .kubelet.active == \"active\""'
 idle "worker converged (credentials, kubelet active)" 0
+# memory.current: no state holds more than 2 MiB above the converged one (+ 0.5 MiB allowance).
+conv=$(awk '/worker converged/ {print $1}' $MEM_ROWS)
+while read -r cur name; do
+  echo "  | memory.current '$name': $cur kB, $((cur - conv)) kB against the converged worker's"
+  check "B5 $name: memory.current $cur kB <= converged $conv kB + 2 MiB + 0.5 (guard)" test "$cur" -le $((conv + 2560))
+done <$MEM_ROWS
 stop_apiserver_double
 clean_node
 rm -f /etc/systemd/system/nodectld.service.d/50-bench.conf && systemctl daemon-reload
