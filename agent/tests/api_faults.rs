@@ -243,9 +243,12 @@ async fn fault_rotated_cluster_ca() {
         .until(|v| {
             step(v, "kubelet-credentials")["waiting_for"]
                 .as_str()
-                .is_some_and(|w| w.contains("attempt 4"))
+                .is_some_and(|w| w.contains("attempt 1 failed"))
         })
         .await;
+    // Attempts 2 and 3 (retried by the request itself, no pass) come 1.6-2.4 s and 3.2-4.8 s
+    // after the first; the fourth not before 11.2 s.
+    tokio::time::sleep(Duration::from_millis(7600)).await;
     let waiting = step(&v, "kubelet-credentials")["waiting_for"].to_string();
     // (the same CA name, another key: rustls says BadSignature; another name: UnknownIssuer)
     assert!(waiting.contains("invalid peer certificate"), "{waiting}");
@@ -323,13 +326,17 @@ async fn a_new_api_server_pod_ends_a_controllers_backoff() {
         .until(|v| {
             step(v, "kubelet-credentials")
                 .to_string()
-                .contains("attempt 4")
+                .contains("attempt 1 failed")
         })
         .await;
     let waiting = step(&v, "kubelet-credentials").to_string();
     assert!(waiting.contains("Connect"), "{waiting}");
+    // Attempts 2 and 3 (retried by the request itself, no pass) come 1.6-2.4 s and 3.2-4.8 s
+    // after the first; the fourth not before 11.2 s: the pod below must end the backoff
+    // before then (7.6 + 0.5 + 2.5 s).
+    tokio::time::sleep(Duration::from_millis(7600)).await;
     let api = Double::start_on(addr, opts()).await.unwrap();
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(
         requests(&api, "POST", CSRS).len(),
         0,
@@ -340,9 +347,60 @@ async fn a_new_api_server_pod_ends_a_controllers_backoff() {
     std::fs::create_dir(pods.join("kube-system_kube-apiserver-c0_0f1e2d3c")).unwrap();
     node.certified_as("system:node:c0").await;
     assert!(
-        started.elapsed() < Duration::from_secs(3),
+        started.elapsed() < Duration::from_millis(2500),
         "the API server's pod did not end the backoff: {:?}; said {:#?}",
         started.elapsed(),
+        node.said
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_api_server_away_costs_connections_not_passes() {
+    // Issue 38: with the API server away for minutes the daemon stays quiet. Each attempt
+    // costs a connection, not a pass of every step: the request retries by itself (2 s
+    // doubling to 64 s, with jitter) and wakes no pass while the failure stays the same.
+    // The "server" takes each connection, reads the client's hello and closes: the same
+    // failure every time, and every attempt counted.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let attempts = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    {
+        let attempts = attempts.clone();
+        std::thread::spawn(move || {
+            for mut c in listener.incoming().flatten() {
+                attempts.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let _ = c.set_read_timeout(Some(Duration::from_secs(2)));
+                let _ = std::io::Read::read(&mut c, &mut [0u8; 16384]);
+            }
+        });
+    }
+    let api = Double::start(Default::default()).await.unwrap();
+    let kubeconfig = api
+        .bootstrap_kubeconfig("abcdef.0123456789abcdef")
+        .replace(&api.url(), &format!("https://{addr}"));
+    drop(api);
+    let mut node = Node::start(&kubeconfig);
+    let v = node
+        .until(|v| {
+            step(v, "kubelet-credentials")["waiting_for"]
+                .as_str()
+                .is_some_and(|w| w.contains("attempt 1 failed"))
+        })
+        .await;
+    let passes = v["daemon"]["passes"].as_u64().unwrap();
+    let before = attempts.load(std::sync::atomic::Ordering::SeqCst);
+    // The next two attempts come 1.6-2.4 s and 3.2-4.8 s later.
+    tokio::time::sleep(Duration::from_millis(7600)).await;
+    let v = status(&node.bus).await.unwrap();
+    let after = attempts.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        after >= before + 2,
+        "{before} attempts, then {after}: not retried by itself"
+    );
+    assert_eq!(
+        v["daemon"]["passes"].as_u64().unwrap(),
+        passes,
+        "passes while the request retried: {:#?} {v:#}",
         node.said
     );
 }

@@ -6,7 +6,9 @@
 //! Requests run in the background: a pass starts one, waits a moment for it (an auto-approved
 //! request finishes within the pass), and otherwise reports what it waits for; the request
 //! wakes the daemon when it ends. Failures back off: an unreachable or failing server with a
-//! capped exponential backoff with jitter (2 s doubling to 64 s), ended at once on a controller
+//! capped exponential backoff with jitter (2 s doubling to 64 s), in the daemon retried by the
+//! request itself (a connection, not a pass of every step: a pass is woken when the certificate
+//! comes, the cluster refuses, or the failure changes), ended at once on a controller
 //! when kubelet starts a new API server pod there (its log directory appears in
 //! `/var/log/pods`); a denied or failed request with a longer one (60 s doubling to an hour), or
 //! until an operator acts (`nodectl converge`, SIGHUP, a new bootstrap kubeconfig).
@@ -121,7 +123,8 @@ impl KubeletCredentials {
     }
 }
 
-/// What a request under way (or a backoff) shows; asks for a pass when a backoff ends.
+/// What a request under way (or a backoff) shows; asks for a pass when a backoff ends that the
+/// request does not retry by itself.
 fn activity(phase: &Phase, cx: &Cx) -> Option<String> {
     match phase {
         Phase::Running {
@@ -139,6 +142,19 @@ fn activity(phase: &Phase, cx: &Cx) -> Option<String> {
             cx.recheck_in(Duration::ZERO);
             Some("requesting a certificate once kubelet runs (standalone)".into())
         }
+        // Retried by the request itself in the daemon (no pass at its end: the status says
+        // when the last attempt failed, not a countdown only passes would refresh).
+        Phase::Backoff {
+            attempt,
+            since,
+            reason,
+            by_itself: true,
+            ..
+        } if phase.holds_off(cx) => Some(format!(
+            "{reason}; attempt {attempt} failed at {}, retried by itself 2 s doubling to {} s apart",
+            rfc3339(*since),
+            crate::credentials::policy::BACKOFF_CAP.as_secs()
+        )),
         Phase::Backoff {
             attempt,
             until,

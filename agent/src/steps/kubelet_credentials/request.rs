@@ -39,6 +39,11 @@ pub(super) enum Phase {
         bootstrap_kubeconfig: Option<Vec<u8>>,
         /// The controller's API server pods when the backoff began (`None` on a worker).
         api_pods: Option<Vec<String>>,
+        /// In the daemon, the request retries by itself at `until` ([`start`]'s task), without
+        /// a pass: an unreachable API server costs a connection attempt, not a pass of every
+        /// step. A pass is woken when the certificate comes, the cluster refuses, or the
+        /// failure changes.
+        by_itself: bool,
     },
     /// Denied or failed by the cluster; retry at `until` or when the operator acts.
     Refused {
@@ -62,6 +67,10 @@ pub(super) struct State {
     /// wait is seen by the pass itself, so it wakes the daemon for no second pass (one pass per
     /// attempt while the API server is away).
     awaited: bool,
+    /// Counts requests started by passes: a task retrying by itself stops once another started.
+    generation: u64,
+    /// Why the last attempt failed, while they fail (a retry failing otherwise wakes a pass).
+    failing: Option<String>,
 }
 
 pub(super) type Shared = Arc<Mutex<State>>;
@@ -188,6 +197,8 @@ pub(super) fn start(state: &Shared, cx: &Cx, via: Via) -> tokio::sync::watch::Re
         since: SystemTime::now(),
     };
     st.done = Some(rx.clone());
+    st.generation += 1;
+    let generation = st.generation;
     drop(st);
     let job = Job {
         state: state.clone(),
@@ -200,15 +211,35 @@ pub(super) fn start(state: &Shared, cx: &Cx, via: Via) -> tokio::sync::watch::Re
     };
     tracing::info!(via = %via, node = %job.settings.node_name, "requesting a node client certificate");
     tokio::spawn(async move {
-        let result = job.run(via).await;
-        let awaited = job.record(result);
-        crate::memory::release_freed();
-        let _ = tx.send(true);
-        if let (Some(w), false) = (job.waker, awaited) {
-            w();
+        let mut result = job.run(via).await;
+        let mut first = true;
+        loop {
+            let end = job.record(result, first);
+            crate::memory::release_freed();
+            if std::mem::take(&mut first) {
+                let _ = tx.send(true);
+            }
+            if let (Some(w), true) = (&job.waker, end.wake) {
+                w();
+            }
+            let Some(at) = end.retry_at else { break };
+            tokio::time::sleep(left(at)).await;
+            if !job.retry_now(generation, via) {
+                break;
+            }
+            tracing::info!(via = %via, node = %job.settings.node_name, "requesting a node client certificate again");
+            result = job.run(via).await;
         }
     });
     rx
+}
+
+/// What a request's end asks of the daemon.
+struct End {
+    /// Wake it for a pass.
+    wake: bool,
+    /// Retry by itself then (a backoff in the daemon).
+    retry_at: Option<SystemTime>,
 }
 
 /// Waits up to `wait` for the request behind `done` to end, within a pass: an end in that time
@@ -226,6 +257,24 @@ pub(super) async fn await_end(
 }
 
 impl Job {
+    /// A backoff's end, for the task retrying by itself: it goes on while its backoff is the
+    /// phase and no pass started another request since (nor dropped the step: a new
+    /// configuration makes new steps), and marks the attempt as running.
+    fn retry_now(&self, generation: u64, via: Via) -> bool {
+        let mut st = lock(&self.state);
+        let ours = st.generation == generation
+            && Arc::strong_count(&self.state) > 1
+            && matches!(st.phase, Phase::Backoff { .. });
+        if ours {
+            st.phase = Phase::Running {
+                via,
+                request: None,
+                since: SystemTime::now(),
+            };
+        }
+        ours
+    }
+
     /// The request; a 401 to the node's certificate falls back to the bootstrap token.
     async fn run(&self, via: Via) -> Result<Issued, BootstrapError> {
         let labeler = nodectl_selinux::Labeler::new(self.root.dir(), &self.selinux);
@@ -266,11 +315,14 @@ impl Job {
         result
     }
 
-    /// The phase a request's end leaves: idle, refused (60 s doubling to an hour), or a backoff.
-    /// Returns whether a pass was waiting for this end and it is a backoff, which that pass's
-    /// check after its apply schedules (no wakeup, no second pass for the attempt).
-    fn record(&self, result: Result<Issued, BootstrapError>) -> bool {
+    /// The phase a request's end leaves: idle, refused (60 s doubling to an hour), or a backoff,
+    /// and whether to wake the daemon: always but for a backoff, which wakes it only when the
+    /// attempt was a pass's (`first`) that is not waiting for it any more (a pass that waits
+    /// sees the phase itself), or when the failure changed; a backoff in the daemon is retried
+    /// by the task itself.
+    fn record(&self, result: Result<Issued, BootstrapError>, first: bool) -> End {
         let mut st = lock(&self.state);
+        let before = st.failing.take();
         let now = SystemTime::now();
         st.phase = match result {
             Ok(issued) => {
@@ -310,18 +362,28 @@ impl Job {
                     "{reason}; retrying in {:.0} s",
                     delay.as_secs_f64()
                 );
-                Phase::Backoff {
+                let by_itself = self.waker.is_some();
+                st.failing = Some(reason.clone());
+                let wake = (first && !st.awaited) || (!first && before.as_ref() != Some(&reason));
+                let until = now + delay;
+                st.phase = Phase::Backoff {
                     attempt: st.failures,
                     since: now,
-                    until: now + delay,
+                    until,
                     reason,
                     bootstrap_kubeconfig: self.bootstrap_kubeconfig.clone(),
                     api_pods: api_server_pods(&self.root, &self.settings),
-                }
+                    by_itself,
+                };
+                return End {
+                    wake,
+                    retry_at: by_itself.then_some(until),
+                };
             }
         };
-        // (only a backoff: the check after the apply asks for the pass at its end; an issued
-        // or refused certificate wakes the daemon, whose next pass acts on it)
-        st.awaited && matches!(st.phase, Phase::Backoff { .. })
+        End {
+            wake: true,
+            retry_at: None,
+        }
     }
 }
