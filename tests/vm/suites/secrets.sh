@@ -77,13 +77,15 @@ install_nodectld /test/controller.toml
 kubelet_standin
 check "nodectld starts" systemctl start nodectld.service
 expect "secrets waits for its bundle" "$(step_field secrets state)" waiting
-expect "kubelet not started before the secrets" "$(systemctl is-active kubelet.service)" inactive
+# (the bootstrap kubeconfig comes in this bundle: kubelet waits for it; one placed by provisioning
+# would have kubelet running standalone before the bundle, as bench.sh B1-B3 have)
+expect "kubelet not started before its bootstrap kubeconfig (in the bundle)" "$(systemctl is-active kubelet.service)" inactive
 bundle /tmp/b1 tls/k8s/ca.crt "$CERT" tls/k8s/ca.key "$KEY" tls/etcd/peer.crt "$CERT" tls/etcd/peer.key "$KEY" \
   tls/etcd/server.crt "$CERT" tls/etcd/etcd-client.key "$KEY" auth/admin.conf $'apiVersion: v1\nusers:\n- user:\n    client-key-data: a2V5' \
   static-manifests/kube-apiserver.yaml $'apiVersion: v1\nkind: Pod' manifests/coredns/service.yaml $'kind: Service' \
   kubelet/kubeconfig "$(cat /root/bootstrap-kubeconfig)"
 deliver /tmp/b1
-check "R2a kubelet starts once the bundle is placed" wait_until 20 sh -c '[ "$(systemctl is-active kubelet.service)" = active ]'
+check "R2a kubelet starts once the bundle (its bootstrap kubeconfig) is placed" wait_until 20 sh -c '[ "$(systemctl is-active kubelet.service)" = active ]'
 expect "R2b bundle removed from the inbox" "$(ls $INBOX | wc -l)" 0
 expect "R2c ca.key mode" "$(stat -c %a /etc/kubernetes/pki/ca.key)" 600
 expect "R2c pki dir mode" "$(stat -c %a /etc/kubernetes/pki)" 700
