@@ -51,7 +51,6 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }'
 CERT=$'-----BEGIN CERTIFICATE-----\nMIIBtestcert\n-----END CERTIFICATE-----'
 KEY=$'-----BEGIN EC PRIVATE KEY-----\nMHcCAQEEtestkeybytes\n-----END EC PRIVATE KEY-----'
 CONF=$'apiVersion: v1\nkind: Config\nusers:\n- name: u\n  user:\n    client-certificate-data: Y2VydA==\n    client-key-data: a2V5\n'
-POD=$'apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\nspec:\n  containers: []\n'
 make_bundle() {
   local r
   {
@@ -64,7 +63,10 @@ make_bundle() {
       printf '##### %s\n%s\n' "$r" "$KEY"
     done
     for r in auth/admin.conf auth/controller-manager.conf auth/scheduler.conf; do printf '##### %s\n%s' "$r" "$CONF"; done
-    for r in kube-apiserver kube-controller-manager kube-scheduler; do printf '##### static-manifests/%s.yaml\n%s' "$r" "$POD"; done
+    # (terraform-render-bootstrap's shape: the stand-in's fixtures, uid 65534, hostPath pki)
+    for r in kube-apiserver kube-controller-manager kube-scheduler; do
+      printf '##### static-manifests/%s.yaml\n' "$r"; cat /test/kubelet-standin/fixtures/$r.yaml
+    done
     printf '##### manifests/coredns/deployment.yaml\nkind: Deployment\n'
   } >"$1"
 }
