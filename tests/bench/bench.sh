@@ -434,6 +434,17 @@ idle "worker waiting for the API (unreachable)" 1
 # no pass (target: <= 5 CPU ticks and <= 1 pass in 30 s; guard 5 + 2 ticks, the idling noise
 # of a slow boot).
 started=$(unit_us nodectld.service ActiveEnterTimestamp)
+# B6 runs in the wait (3-4 minutes of it; its tree is in /tmp, which nodectld does not watch:
+# nodectld's own CPU ticks, the figure here, are its own whatever else runs, and the window
+# below starts after B6 ends).
+echo "## B6: relabel of 20 000 files (while the worker waits for the API)"
+/test/relabel-bench 20000 >/tmp/relabel.out
+rc=$?
+grep -v '^| ' /tmp/relabel.out
+grep '^| relabel ' /tmp/relabel.out >>$ROWS
+check "B6 relabel within its guards (relabel-bench)" test "$rc" = 0
+
+echo "## B5: idle in every state (continued)"
 wait_s=$(((started + 295000000 - $(us)) / 1000000))
 [ "$wait_s" -gt 0 ] && idle_wait "$wait_s"
 idle "worker waiting for the API, 5 min in" 1 7
@@ -461,13 +472,6 @@ done <$MEM_ROWS
 stop_apiserver_double
 clean_node
 rm -f /etc/systemd/system/nodectld.service.d/50-bench.conf && systemctl daemon-reload
-
-echo "## B6: relabel of 20 000 files"
-/test/relabel-bench 20000 >/tmp/relabel.out
-rc=$?
-grep -v '^| ' /tmp/relabel.out
-grep '^| relabel ' /tmp/relabel.out >>$ROWS
-check "B6 relabel within its guards (relabel-bench)" test "$rc" = 0
 
 echo "## the table (docs/testing.md)"
 echo "| measured | nodectld | baseline | ratio / target |"
