@@ -93,8 +93,6 @@ impl NodeFiles {
         let dirs = [
             ("/etc/kubernetes", 0o755),
             ("/etc/kubernetes/manifests", 0o755),
-            ("/etc/cni/net.d", 0o755),
-            ("/opt/cni/bin", 0o755),
             ("/var/lib/kubelet", 0o700),
             // kubelet's container mounts it; podman refuses a missing host path.
             ("/var/lib/containerd", 0o711),
@@ -112,12 +110,33 @@ impl NodeFiles {
             label: Some(Relabel::label()),
             ..DirSpec::new(VOLUME_PLUGIN_DIR, 0o755)
         }])
+        .chain(CNI_DIRS.iter().map(|p| DirSpec {
+            label: cni_label(cx, p),
+            ..DirSpec::new(p, 0o755)
+        }))
         .collect();
         FileSet {
             dirs,
             files,
             remove_if_ours,
         }
+    }
+}
+
+/// Where the network's pods put their CNI configuration and plugins (flannel's and Cilium's
+/// daemonsets write them through hostPath volumes).
+pub(crate) const CNI_DIRS: [&str; 2] = ["/etc/cni/net.d", "/opt/cni/bin"];
+
+/// Their label: where SELinux enforces, kubelet's unit mounts both with `:z` (as Typhoon's), so
+/// every kubelet start labels them `container_file_t:s0`, which the network's pods need to
+/// write there; nodectld gives them that label from the start rather than the policy's default,
+/// which each kubelet start would undo and each pass after it put back (issue 38 found the two
+/// fighting, in the bundle's pass). Elsewhere the policy's default (or a relabel tree's).
+fn cni_label(cx: &Cx, path: &str) -> Option<nodectl_selinux::Context> {
+    if cx.host.selinux.mode == nodectl_selinux::Mode::Enforcing {
+        Some(Relabel::label())
+    } else {
+        managed_label(cx, Path::new(path))
     }
 }
 
@@ -227,6 +246,30 @@ mod tests {
             assert_eq!(label(p), Some(Relabel::label()), "{p}");
         }
         assert_eq!(label("/var/lib/kubelet"), None);
+    }
+
+    /// Where SELinux enforces, the CNI directories carry the label kubelet's `:z` mounts give
+    /// them at every start (the network's pods write there), so no pass undoes it; elsewhere the
+    /// policy's default.
+    #[test]
+    fn the_cni_directories_keep_the_label_kubelets_mounts_give_them() {
+        let label = |cx: &Cx, p: &str| {
+            NodeFiles::set(cx)
+                .dirs
+                .iter()
+                .find(|d| d.path == Path::new(p))
+                .unwrap()
+                .label
+                .clone()
+        };
+        let (_d, mut cx) = Cx::scratch();
+        for p in CNI_DIRS {
+            assert_eq!(label(&cx, p), None, "{p}");
+        }
+        cx.host.selinux.mode = nodectl_selinux::Mode::Enforcing;
+        for p in CNI_DIRS {
+            assert_eq!(label(&cx, p), Some(Relabel::label()), "{p}");
+        }
     }
 
     #[test]

@@ -37,6 +37,11 @@ done
 for f in /etc/kubernetes /etc/kubernetes/manifests; do
   expect "label of $f (managed)" "$(stat -c %C "$f")" system_u:object_r:container_file_t:s0
 done
+# The CNI directories: the label kubelet's `:z` mounts give them at each start (the network's
+# pods write there), so no pass undoes a kubelet start's relabel.
+for f in /etc/cni/net.d /opt/cni/bin; do
+  expect "label of $f (kubelet's :z)" "$(stat -c %C "$f")" system_u:object_r:container_file_t:s0
+done
 check "no temp files left behind" sh -c '! find /etc/systemd/system /etc/kubernetes /etc/modules-load.d /etc/sysctl.d -name ".*.nodectl-*" | grep .'
 
 echo "## files systemd applies at boot take effect now"
