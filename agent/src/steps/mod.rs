@@ -64,8 +64,9 @@ fn all() -> Vec<Box<dyn Step>> {
     vec![
         Box::new(NodeIdentity),
         Box::new(NodeFiles),
-        Box::new(KubeletUnit),
+        // (before kubelet-unit, which needs nothing of it: a bundle's pass places it sooner)
         Box::new(Secrets::default()),
+        Box::new(KubeletUnit),
         Box::new(Relabel::default()),
         Box::new(BootstrapKubeconfig),
         Box::new(KubeletCa),
