@@ -442,7 +442,7 @@ idle "worker waiting for the API (unreachable)" 1
 # no pass (target: <= 5 CPU ticks and <= 1 pass in 30 s; guard 5 + 2 ticks, the idling noise
 # of a slow boot).
 started=$(unit_us nodectld.service ActiveEnterTimestamp)
-# B6 runs in the wait (3-4 minutes of it; its tree is in /tmp, which nodectld does not watch:
+# B6 runs in the wait (3-4 minutes of it; its tree is in /var/tmp, which nodectld does not watch:
 # nodectld's own CPU ticks, the figure here, are its own whatever else runs, and the window
 # below starts after B6 ends).
 echo "## B6: relabel of 20 000 files (while the worker waits for the API)"

@@ -8,10 +8,10 @@
 //! tracker's first check (a full scan that writes every label); "unchanged" is the same tracker's
 //! next check with nothing changed in between (it reads only entries inotify saw change: none).
 //! A full scan of an already-right tree (what `nodectl apply` from the command line does) is
-//! printed too, for information.
-//! Prints the ratios with their targets (>= 4x changed, >= 8x unchanged, >= 8x for a full scan
-//! of an unchanged tree) and table rows for docs/testing.md; exit 1 below a guard (2x changed,
-//! 8x unchanged).
+//! timed too.
+//! Prints the ratios, unrounded, with their targets (>= 4x changed, >= 8x unchanged, >= 8x for a
+//! full scan of an unchanged tree) and table rows for docs/testing.md; exit 1 below a guard (2x
+//! changed, 8x unchanged, 2.5x full scan).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -110,13 +110,18 @@ fn main() {
     let (cc, oc, cs, os) = (best(&cc), best(&oc), best(&cs), best(&os));
     let mut passed = 0;
     let mut failed = 0;
-    // Targets (docs/testing.md): changed >= 4x, unchanged >= 8x. The run fails below a guard
-    // (2x, 8x) so CI catches a regression without claiming the target.
+    // Targets (docs/testing.md): changed >= 4x, unchanged >= 8x, a full scan of an unchanged
+    // tree >= 8x. The run fails below a guard: the target where it is met (unchanged), else
+    // below what the runs in docs/testing.md measured, less their spread (changed 2.9-4.4x:
+    // 2x; full scan 2.6-4.0x: 2.5x), so CI catches a regression without claiming the target.
+    // Ratios are printed unrounded (6 significant digits) and judged as computed.
     let met = |ok: bool| if ok { "met" } else { "not met" };
     let mut table = Vec::new();
+    let f = best(&full);
     for (case, c, o, target, guard) in [
         ("changed", cc, oc, 4.0, 2.0),
         ("unchanged", cs, os, 8.0, 8.0),
+        ("full scan of an unchanged tree", cs, f, 8.0, 2.5),
     ] {
         let ratio = c.as_secs_f64() / o.as_secs_f64();
         let ok = ratio >= guard;
@@ -126,32 +131,19 @@ fn main() {
             failed += 1
         }
         println!(
-            "{} relabel {entries} entries, {case:9}: chcon -R {:.3} s, nodectl {:.3} s -> {ratio:.1}x faster than chcon -R (target >= {target}x: {}; guard >= {guard}x)",
+            "{} relabel {entries} entries, {case:9}: chcon -R {:.3} s, nodectl {:.3} s -> {ratio:.6}x faster than chcon -R (target >= {target}x: {}; guard >= {guard}x)",
             if ok { "PASS" } else { "FAIL" },
             c.as_secs_f64(),
             o.as_secs_f64(),
             met(ratio >= target),
         );
         table.push(format!(
-            "| relabel {entries} entries, {case} | nodectl {:.3} s | chcon -R {:.3} s | {ratio:.1}x, target >= {target}x: {} |",
+            "| relabel {entries} entries, {case} | nodectl {:.3} s | chcon -R {:.3} s | {ratio:.6}x, target >= {target}x: {} |",
             o.as_secs_f64(),
             c.as_secs_f64(),
             met(ratio >= target)
         ));
     }
-    let f = best(&full);
-    let ratio = cs.as_secs_f64() / f.as_secs_f64();
-    println!(
-        "info relabel {entries} entries, full scan of a right tree (nodectl apply): {:.3} s, {ratio:.1}x faster than chcon -R (target >= 8x: {})",
-        f.as_secs_f64(),
-        met(ratio >= 8.0)
-    );
-    table.push(format!(
-        "| relabel {entries} entries, full scan of an unchanged tree | nodectl {:.3} s | chcon -R {:.3} s | {ratio:.1}x, target >= 8x: {} |",
-        f.as_secs_f64(),
-        cs.as_secs_f64(),
-        met(ratio >= 8.0)
-    ));
     for row in table {
         println!("{row}");
     }
