@@ -72,8 +72,12 @@ make_bundle() {
 }
 # The same files, gone (between runs).
 clean_node() {
-  # nodectld first: a pass of it could start kubelet again between the two stops.
+  # nodectld first: a pass of it could start kubelet again between the two stops. The stand-in
+  # kubelet killed at once and its container removed: a stop through the unit's `podman stop`
+  # and systemd's stop timeout took 60-96 s under TCG, none of it measured.
   systemctl stop nodectld.service 2>/dev/null
+  systemctl kill -s SIGKILL kubelet.service 2>/dev/null
+  podman rm -f -t 0 kubelet >/dev/null 2>&1
   systemctl stop kubelet.service 2>/dev/null
   systemctl reset-failed nodectld.service kubelet.service 2>/dev/null
   rm -rf /etc/kubernetes/pki /etc/kubernetes/manifests /etc/ssl/etcd /opt/bootstrap/assets /root/glue $INBOX
@@ -265,11 +269,6 @@ pods_all_read() {
 # round_reset: no kubelet, no static pod, none of the bundle's files.
 round_reset() {
   local c t=$SECONDS
-  systemctl stop nodectld.service 2>/dev/null
-  # The stand-in kubelet killed at once, its container removed: a stop through the unit's
-  # `podman stop` and systemd's stop timeout took 60-96 s a round under TCG, none of it measured.
-  systemctl kill -s SIGKILL kubelet.service 2>/dev/null
-  podman rm -f -t 0 kubelet >/dev/null 2>&1
   clean_node
   for c in $(podman ps -a --filter name=^k8s_ --format '{{.Names}}'); do podman rm -f -t 0 "$c" >/dev/null 2>&1; done
   reset_s=$((SECONDS - t))
