@@ -91,6 +91,17 @@ impl Node {
         }
     }
 
+    /// The status once the credentials step says its first attempt failed (the later ones are
+    /// the request's own, without a pass: the line stays).
+    async fn first_attempt_failed(&mut self) -> serde_json::Value {
+        self.until(|v| {
+            step(v, "kubelet-credentials")["waiting_for"]
+                .as_str()
+                .is_some_and(|w| w.contains("attempt 1 failed"))
+        })
+        .await
+    }
+
     async fn certified(&mut self) -> serde_json::Value {
         self.certified_as("system:node:w1").await
     }
@@ -239,13 +250,7 @@ async fn fault_rotated_cluster_ca() {
         .replace(&server(&old.bootstrap_kubeconfig("x.y")), &server(&right));
     drop(old);
     let mut node = Node::start(&stale);
-    let v = node
-        .until(|v| {
-            step(v, "kubelet-credentials")["waiting_for"]
-                .as_str()
-                .is_some_and(|w| w.contains("attempt 1 failed"))
-        })
-        .await;
+    let v = node.first_attempt_failed().await;
     // Attempts 2 and 3 (retried by the request itself, no pass) come 1.6-2.4 s and 3.2-4.8 s
     // after the first; the fourth not before 11.2 s.
     tokio::time::sleep(Duration::from_millis(7600)).await;
@@ -380,13 +385,7 @@ async fn an_api_server_away_costs_connections_not_passes() {
         .replace(&api.url(), &format!("https://{addr}"));
     drop(api);
     let mut node = Node::start(&kubeconfig);
-    let v = node
-        .until(|v| {
-            step(v, "kubelet-credentials")["waiting_for"]
-                .as_str()
-                .is_some_and(|w| w.contains("attempt 1 failed"))
-        })
-        .await;
+    let v = node.first_attempt_failed().await;
     let passes = v["daemon"]["passes"].as_u64().unwrap();
     let before = attempts.load(std::sync::atomic::Ordering::SeqCst);
     // The next two attempts come 1.6-2.4 s and 3.2-4.8 s later.
