@@ -218,6 +218,22 @@ async fn apiserver_down_then_up_backs_off_and_a_controller_runs_standalone_meanw
     );
     assert_eq!(after["reload"], c["reload"], "{after}");
     assert!(!marker.exists());
+    // The same crash before the request switched the node's credentials (the marker names where
+    // the link pointed then, and it still does: the daemon's crash campaign, store::stored and
+    // store::link): nothing kubelet reads changed, so no restart, and the marker is gone.
+    let link = node
+        .root
+        .path("/var/lib/kubelet/pki/kubelet-client-current.pem");
+    let was = std::fs::read_link(&link).unwrap();
+    std::fs::write(&marker, format!("issued {}\n", was.display())).unwrap();
+    let r = node.pass(false).await;
+    assert_applied(&r, "kubelet-credentials");
+    assert_eq!(
+        node.calls()["restart"],
+        after["restart"],
+        "restarted for credentials that did not change"
+    );
+    assert!(!marker.exists());
     // The same crash after the restart (the marker `ready` before it): no second restart.
     // (kubelet restarted a moment ago, after a `ready` a minute back)
     let ready = nodectl_units::systemd::monotonic()

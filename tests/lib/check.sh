@@ -23,6 +23,16 @@ wait_until() {
     sleep 0.2
   done
 }
+# converge_pass NAME: `nodectl converge`, then a check that a pass ran and was published after
+# it (it returns once the pass is asked for): an equality after it that would also hold when no
+# pass ran proves nothing otherwise.
+converge_pass() {
+  local before
+  before=$(nodectl status --json | jq .daemon.passes)
+  nodectl converge >/dev/null 2>&1
+  check "$1: a pass ran after nodectl converge" wait_until 10 sh -c \
+    "nodectl status --json | jq -e '.daemon.passes > $before and .daemon.state == \"ready\"'"
+}
 summary() {
   echo "$1: $PASSED passed, $FAILED failed"
   [ "$FAILED" = 0 ]

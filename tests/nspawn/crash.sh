@@ -4,10 +4,13 @@
 # this container's root: a controller's bundle placed by `nodectl apply` (with crash points),
 # killed at every crash point -- every file effect, the credential store, the CSR, and each
 # systemd call (EnableUnitFiles, StartUnit, ...) done over the bus -- and at random instants,
-# then re-run; kubelet is a stand-in unit whose starts systemd counts (its ExecStart).
+# then re-run; kubelet is a stand-in unit whose starts systemd counts (its ExecStart). Then the
+# daemon's campaign: nodectld.service (with crash points) aborted at each crash point of the pass
+# it runs on a fresh controller, then started again without them.
 # /test holds: check.sh, crash_campaign (the test binary, feature failpoints),
-# nodectl-failpoints (nodectl with crash points); optionally crash.env, e.g. CRASH_TRIALS=5000
-# for a longer run (default 500 trials in all).
+# nodectl-failpoints and nodectld-failpoints (with crash points), nodectld.service,
+# org.nodectl.Agent1.conf; optionally crash.env, e.g. CRASH_TRIALS=5000 for a longer run
+# (default 500 trials in all).
 . /test/check.sh
 [ -f /test/crash.env ] && . /test/crash.env && export CRASH_TRIALS
 export NO_COLOR=1
@@ -24,22 +27,36 @@ mkdir -p /etc/systemd/system/kubelet.service.d
 printf '[Service]\nExecStartPre=\nExecStartPre=/bin/sh -c %s\nExecStart=\nExecStart=/bin/sleep infinity\nExecStop=\n' \
   "'echo start >>/run/kubelet-standin.starts'" \
   >/etc/systemd/system/kubelet.service.d/90-test-standin.conf
+# nodectld as packaging/ ships it, with crash points; not started (the daemon's campaign starts it)
+install -m 0755 /test/nodectld-failpoints /usr/local/bin/nodectld
+install -m 0755 /test/nodectl-failpoints /usr/local/bin/nodectl
+install -m 0644 /test/nodectld.service /etc/systemd/system/nodectld.service
+install -D -m 0644 /test/org.nodectl.Agent1.conf /etc/dbus-1/system.d/org.nodectl.Agent1.conf
+busctl call org.freedesktop.DBus /org/freedesktop/DBus org.freedesktop.DBus ReloadConfig
 systemctl daemon-reload
 expect "kubelet.service not installed yet" "$(systemctl show -p LoadState --value kubelet.service)" not-found
 
-echo "## the campaign (every crash point, then random SIGKILLs)"
-start=$SECONDS
-out=$(NODECTL_CRASH_HOST=1 NODECTL_BIN=/test/nodectl-failpoints RUST_BACKTRACE=1 \
-  /test/crash_campaign --ignored --nocapture --test-threads=1 2>&1)
-rc=$?
-# the summary lines and each trial that did not converge (with the first line of its output)
-printf '%s\n' "$out" | grep -E 'reference pass|hits per|trials at crash points|^trials [0-9]|^test result|not converged|^  [a-z].*: ' |
-  cut -c1-400 | sed 's/^/  | /'
-[ $rc = 0 ] || printf '%s\n' "$out" | grep -v '^$' | tail -30 | sed 's/^/  | /'
-echo "  | took $((SECONDS - start)) s"
-[ $rc = 0 ] && pass "crash campaign on real systemd" || fail "crash campaign on real systemd (exit $rc)"
-line=$(grep -o '^trials [0-9]*, converged [0-9]*, partial [0-9]*, mislabeled [0-9]*, wrong mode [0-9]*' <<<"$out")
-n=$(awk '{print $2}' <<<"${line//,/}")
-expect "it printed its tally with at least 500 trials" "$([ "${n:-0}" -ge 500 ] && echo yes || echo "no: '$line'")" yes
-check "libtest ran the host campaign and it passed" grep -q "^test result: ok. 1 passed" <<<"$out"
+# campaign NAME TEST MIN: one of the binary's host campaigns; its tally line must show >= MIN trials
+campaign() {
+  local name=$1 test=$2 min=$3 out rc line n
+  echo "## $name"
+  start=$SECONDS
+  out=$(NODECTL_CRASH_HOST=1 NODECTL_BIN=/test/nodectl-failpoints RUST_BACKTRACE=1 \
+    /test/crash_campaign --ignored --exact "$test" --nocapture --test-threads=1 2>&1)
+  rc=$?
+  # the summary lines and each trial that did not converge (with the first line of its output)
+  printf '%s\n' "$out" | grep -E 'reference pass|hits per|trials at crash points|^trials [0-9]|^test result|not converged|^  [a-z].*: ' |
+    cut -c1-400 | sed 's/^/  | /'
+  [ $rc = 0 ] || printf '%s\n' "$out" | grep -v '^$' | tail -30 | sed 's/^/  | /'
+  echo "  | took $((SECONDS - start)) s"
+  [ $rc = 0 ] && pass "$name" || fail "$name (exit $rc)"
+  line=$(grep -o '^trials [0-9]*, converged [0-9]*, partial [0-9]*, mislabeled [0-9]*, wrong mode [0-9]*, wrong owner [0-9]*' <<<"$out")
+  n=$(awk '{print $2}' <<<"${line//,/}")
+  expect "$name: it printed its tally with at least $min trials" "$([ "${n:-0}" -ge "$min" ] && echo yes || echo "no: '$line'")" yes
+  check "$name: libtest ran it and it passed" grep -q "^test result: ok. 1 passed" <<<"$out"
+}
+campaign "crash campaign on real systemd (nodectl apply: every crash point, then random SIGKILLs)" \
+  on_real_systemd_a_pass_killed_anywhere_leaves_nothing_partial_and_the_next_converges 500
+campaign "the daemon's crash campaign (nodectld.service aborted at each crash point)" \
+  on_real_systemd_the_daemon_killed_at_each_crash_point_leaves_nothing_partial 60
 summary crash-nspawn

@@ -148,6 +148,13 @@ pub fn store(
     Ok(dir.join(CURRENT))
 }
 
+/// Where `kubelet-client-current.pem` points (the link itself, read without following it), if
+/// it exists: what a request about to store a new certificate records, so that after a crash it
+/// is known whether the switch came (see `steps::kubelet::issued`).
+pub(crate) fn current_target(root: &crate::root::Root) -> Option<PathBuf> {
+    std::fs::read_link(root.path(Path::new(CERT_DIR).join(CURRENT))).ok()
+}
+
 /// The current chain and key (what `kubelet-client-current.pem` points at), if any.
 pub(crate) fn current(root: &crate::root::Root) -> anyhow::Result<Option<Vec<u8>>> {
     let link = Path::new(CERT_DIR).join(CURRENT);

@@ -76,8 +76,32 @@ pub(crate) enum Why {
     Credentials,
 }
 
-/// The marker's content when the certificate request has a new certificate to store.
-pub(crate) const ISSUED: &str = "issued\n";
+/// The marker's content when the certificate request has a new certificate to store: `issued`
+/// and where `kubelet-client-current.pem` pointed then (`-` for no link), so that a crash
+/// before the switch is told from one after it ([`issued_switched`]).
+pub(crate) fn issued(root: &crate::root::Root) -> String {
+    let was = crate::credentials::store::current_target(root);
+    format!(
+        "issued {}\n",
+        was.as_deref()
+            .map_or("-".into(), |p| p.display().to_string())
+    )
+}
+
+/// For an `issued` marker: whether the node's credentials were switched since it was written
+/// (the link points elsewhere now). A request that died before its switch changed nothing
+/// kubelet reads: no restart is owed for it. A marker without the link's old target (written
+/// before the target was recorded) counts as switched.
+pub(crate) fn issued_switched(cx: &Cx) -> bool {
+    let Ok(text) = std::fs::read_to_string(cx.root.path(RESTART_MARKER)) else {
+        return true;
+    };
+    let Some(was) = text.trim().strip_prefix("issued ") else {
+        return true;
+    };
+    let was = (was != "-").then(|| std::path::PathBuf::from(was));
+    was != crate::credentials::store::current_target(&cx.root)
+}
 
 /// Records that kubelet must be restarted on what is about to change.
 pub(crate) fn mark_restart(cx: &Cx, why: Why) -> anyhow::Result<()> {
@@ -104,7 +128,7 @@ pub(crate) async fn restart_pending(cx: &Cx) -> anyhow::Result<Pending> {
     };
     let ready = match text.trim() {
         "credentials" => return Ok(Pending::Credentials),
-        "issued" => return Ok(Pending::Issued),
+        t if t == "issued" || t.starts_with("issued ") => return Ok(Pending::Issued),
         t => match t
             .strip_prefix("ready ")
             .and_then(|us| us.parse::<u64>().ok())

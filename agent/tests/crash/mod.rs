@@ -12,6 +12,8 @@ pub struct Entry {
     pub dir: bool,
     pub symlink: bool,
     pub mode: u32,
+    /// Owner and group (a key of the control plane's is 65534's, the rest root's).
+    pub owner: (u32, u32),
     pub content: Vec<u8>,
     pub label: Option<Vec<u8>>,
 }
@@ -50,6 +52,10 @@ pub fn walk(root: &Path, tops: &[&str], keep: &dyn Fn(&Path, &str) -> bool) -> T
                 dir: m.is_dir(),
                 symlink,
                 mode: m.permissions().mode() & 0o7777,
+                owner: (
+                    std::os::unix::fs::MetadataExt::uid(&m),
+                    std::os::unix::fs::MetadataExt::gid(&m),
+                ),
                 content,
                 label: xattr(&p),
             };
@@ -99,13 +105,15 @@ pub struct Tally {
     pub partial: Vec<String>,
     pub mislabeled: Vec<String>,
     pub wrong_mode: Vec<String>,
+    pub wrong_owner: Vec<String>,
 }
 
 /// After a kill: what is there is the old version (`old`: the node before the pass) or the new
-/// one whole, with that version's mode (and label).
+/// one whole, with that version's mode, owner and group (and label).
 pub fn check_killed(
     root: &Path,
     (have, old, want): (&Tree, &Tree, &Tree),
+    between: Option<&Tree>,
     t: &mut Tally,
     trial: &str,
 ) {
@@ -113,6 +121,9 @@ pub fn check_killed(
         let Some(w) = want.get(rel) else { continue };
         if old.get(rel) == Some(h) {
             continue; // not yet replaced
+        }
+        if between.is_some_and(|b| b.get(rel) == Some(h)) {
+            continue; // a whole version a pass that is not killed goes through too
         }
         if h.dir != w.dir || h.symlink != w.symlink || (!h.dir && h.content != w.content) {
             t.partial.push(format!("{trial}: {}", rel.display()));
@@ -124,6 +135,17 @@ pub fn check_killed(
                 rel.display(),
                 h.mode,
                 w.mode
+            ));
+        }
+        // (a directory still 0700 as born may still be root's: its owner is set with its mode)
+        if h.owner != w.owner && !closed_dir && !h.symlink {
+            t.wrong_owner.push(format!(
+                "{trial}: {} {}:{} (want {}:{})",
+                rel.display(),
+                h.owner.0,
+                h.owner.1,
+                w.owner.0,
+                w.owner.1
             ));
         }
         if h.label.is_some() && h.label != w.label {

@@ -43,7 +43,10 @@ use futures_util::future::BoxFuture;
 use futures_util::FutureExt;
 use nodectl_units::kubelet::KUBELET_UNIT;
 
-use super::kubelet::{finish_restart, kubelet_is_up, mark_restart, restart_pending, Pending, Why};
+use super::kubelet::{
+    finish_restart, issued_switched, kubelet_is_up, mark_restart, restart_pending, Pending, Why,
+    RESTART_MARKER,
+};
 use crate::config::Role;
 use crate::credentials::bootstrap::Via;
 use crate::credentials::policy::{need, Need};
@@ -359,6 +362,13 @@ impl KubeletCredentials {
         if pending == Pending::Issued && running {
             return Ok(()); // the request is storing what it was issued; its end wakes a pass
         }
+        if pending == Pending::Issued && !issued_switched(cx) {
+            // The request ended (a crash) before it switched the node's credentials: nothing
+            // kubelet reads changed, so no restart is owed for it; the next request that is
+            // issued a certificate marks one again.
+            cx.writer().remove(std::path::Path::new(RESTART_MARKER))?;
+            return Ok(());
+        }
         // (a `Done` marker is only removed: whether kubelet runs does not matter to it)
         let up = match up {
             Some(u) => u,
@@ -380,6 +390,12 @@ impl KubeletCredentials {
     async fn owed_restart(&self, cx: &Cx) -> anyhow::Result<Option<Change>> {
         let owed = match restart_pending(cx).await? {
             Pending::Credentials => true,
+            Pending::Issued if !self.running() && !issued_switched(cx) => {
+                return Ok(Some(Change::new(
+                    "forget the kubelet restart marked for a certificate request",
+                    "the request ended before it switched the node's credentials: nothing kubelet reads changed",
+                )));
+            }
             Pending::Issued => !self.running(),
             _ => false,
         };

@@ -4,7 +4,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use super::super::kubelet::{ISSUED, RESTART_MARKER};
+use super::super::kubelet::{issued, RESTART_MARKER};
 use crate::config::Settings;
 use crate::credentials::bootstrap::{Bootstrap, BootstrapError, Issued, Via};
 use crate::credentials::check::Facts;
@@ -289,7 +289,8 @@ impl Job {
         // written once the certificate is issued, before it is stored, so a crash before the
         // restart still restarts kubelet on the next pass.
         let on_issued = || {
-            if let Err(e) = writer.write(&FileSpec::new(RESTART_MARKER, ISSUED, 0o600)) {
+            let marker = issued(&self.root);
+            if let Err(e) = writer.write(&FileSpec::new(RESTART_MARKER, marker, 0o600)) {
                 tracing::warn!("recording the pending kubelet restart: {e}");
             }
         };
@@ -341,6 +342,7 @@ impl Job {
                 let until = now + refused_backoff(st.refusals, crate::util::jitter());
                 let reason = e.to_string();
                 tracing::error!(
+                    message_id = crate::logging::ids::CSR_DENIED,
                     refusals = st.refusals,
                     "{reason}; not asking again before {} unless an operator acts (nodectl converge)",
                     rfc3339(until)

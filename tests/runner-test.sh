@@ -1,0 +1,57 @@
+#!/bin/bash
+# runner-test.sh: the README's test command fails when a test does not build. It once ran
+# `cargo test --no-run` in an `if` with no `else` and recorded "PASS tier 1" after a compile
+# error (issue 39). Here: a copy of the checkout (its tracked files as they are in the work tree)
+# with a compile error planted in a test file, tier 1 only, must exit non-zero, name the planted
+# file and record "FAIL tier 1". The copy builds in a target directory of its own (removed with
+# it): cargo hashes a workspace's crates by their paths inside it, so a shared target directory
+# would take the copy's test binaries, CARGO_MANIFEST_DIR the copy's, for the checkout's own
+# (seen: audit_fixture then read its fixtures from the removed copy). Run by run-tests.sh
+# before tier 1; it costs a build of the dependencies (~4 min on 2 cores).
+# Also the VM tier's SELinux gate (tests/vm/avc-gate.sh, run by run-in-vm.sh on each boot's
+# denials): a planted denial that the expected list does not name fails it.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+copy=$(mktemp -d /tmp/nodectl-runner.XXXXXX)
+trap 'rm -rf "$copy"' EXIT
+fails=0
+verdict() { # verdict WHAT OK
+  if [ "$2" = 0 ]; then echo "ok   - $1"; else echo "FAIL - $1"; fails=$((fails + 1)); fi
+}
+
+avc() { # avc COMM STYPE PERMS PERMISSIVE: one audit line
+  printf 'type=AVC msg=audit(1733349000.123:456): avc:  denied  { %s } for  pid=812 comm="%s" name="x" dev="vda" ino=1 scontext=system_u:system_r:%s:s0 tcontext=system_u:object_r:shadow_t:s0 tclass=file permissive=%s\n' "$3" "$1" "$2" "$4"
+}
+printf '0 gate_t shadow_t file tool read write # a reason\n' >"$copy/expected"
+avc tool gate_t 'read write' 0 >"$copy/avc.log"
+tests/vm/avc-gate.sh "$copy/avc.log" "$copy/expected" >/dev/null
+verdict "avc-gate: an expected denial passes" $?
+avc nodectld nodectld_t read 0 >>"$copy/avc.log"
+out=$(tests/vm/avc-gate.sh "$copy/avc.log" "$copy/expected"); rc=$?
+verdict "avc-gate: a planted unexpected denial fails the boot (exit $rc)" "$((rc != 1))"
+grep -q 'nodectld_t shadow_t file nodectld read' <<<"$out"
+verdict "avc-gate: it names the unexpected denial" $?
+avc tool gate_t 'read write' 1 >"$copy/avc.log"
+tests/vm/avc-gate.sh "$copy/avc.log" "$copy/expected" >/dev/null
+verdict "avc-gate: the same denial in permissive mode is another kind (exit $?)" "$(($? != 1))"
+printf '0 gate_t shadow_t file tool read write\n' >"$copy/expected"
+tests/vm/avc-gate.sh /dev/null "$copy/expected" 2>/dev/null
+verdict "avc-gate: an expected kind without a reason is refused (exit $?)" "$(($? != 2))"
+: >"$copy/avc.log"
+tests/vm/avc-gate.sh "$copy/avc.log"
+verdict "avc-gate: the shipped list (tests/vm/expected-avc) reads and gives every kind a reason" $?
+rm -f "$copy/avc.log" "$copy/expected"
+git ls-files -z | tar --null -T - -cf - 2>/dev/null | tar -xf - -C "$copy" || { echo "runner-test: cannot copy the checkout" >&2; exit 1; }
+planted=agent/tests/planted_compile_error.rs
+printf '// planted by tests/runner-test.sh: must not compile\n#[test]\nfn planted() {\n    let _n: u32 = "not a number";\n}\n' >"$copy/$planted"
+out=$(CARGO_TARGET_DIR="$copy/target" NODECTL_RUNNER_TEST=1 TIERS=1 "$copy/tests/run-tests.sh" 2>&1)
+rc=$?
+verdict "run-tests.sh exits non-zero when a test file does not compile (exit $rc)" "$((rc == 0))"
+grep -q 'planted_compile_error.rs' <<<"$out"
+verdict "the failure is the planted compile error" $?
+grep -q '^FAIL tier 1 ' <<<"$out"
+verdict "tier 1 is recorded as failed" $?
+! grep -q '^PASS tier 1$' <<<"$out"
+verdict "tier 1 is not recorded as passed" $?
+[ "$fails" = 0 ] || { echo "--- the planted run's last lines:"; tail -30 <<<"$out"; }
+[ "$fails" = 0 ]
