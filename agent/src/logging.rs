@@ -1,20 +1,42 @@
 //! Logs go to journald with structured fields when stderr is the journal (systemd sets
 //! `JOURNAL_STREAM`), to stderr otherwise. `NODECTL_LOG` takes a tracing filter (default info).
+//!
+//! A field is the journal field of its name in capitals (`step` -> `STEP`; tracing-journald's
+//! default `F_` prefix is dropped, so the names docs/troubleshooting.md gives are what is
+//! there); an event an operator alerts on carries a `MESSAGE_ID` of [`ids`]. The identifier is
+//! the binary's (`nodectld`, `nodectl`).
 
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{fmt, EnvFilter};
 
-/// Sets up logging: journald when stderr is the journal, stderr otherwise; the filter comes from
-/// `NODECTL_LOG`, else `default_level`.
-pub fn init(default_level: &str) {
+/// `MESSAGE_ID`s (journalctl MESSAGE_ID=...) of the events an operator alerts on: set as the
+/// `message_id` field of the event.
+pub mod ids {
+    /// The node's NodectlReady condition changed (true/false).
+    pub const CONDITION_CHANGED: &str = "4f1c2a7e9b3d4c5e8a6f0b1c2d3e4f50";
+    /// A reboot slot was granted to this node (the Lease, FleetLock's lock).
+    pub const REBOOT_GRANTED: &str = "7a2b3c4d5e6f40718293a4b5c6d7e8f1";
+    /// This node's reboot slot was released.
+    pub const REBOOT_RELEASED: &str = "8b3c4d5e6f7041829304b5c6d7e8f9a2";
+    /// The node's certificate request was denied (or failed) by the cluster.
+    pub const CSR_DENIED: &str = "9c4d5e6f708142939415c6d7e8f90ab3";
+}
+
+/// Sets up logging for the binary `identifier`: journald when stderr is the journal, stderr
+/// otherwise; the filter comes from `NODECTL_LOG`, else `default_level`.
+pub fn init(identifier: &str, default_level: &str) {
     let filter =
         EnvFilter::try_from_env("NODECTL_LOG").unwrap_or_else(|_| EnvFilter::new(default_level));
     let registry = tracing_subscriber::registry().with(filter);
     if std::env::var_os("JOURNAL_STREAM").is_some() {
         if let Ok(journald) = tracing_journald::layer() {
             registry
-                .with(journald.with_syslog_identifier("nodectld".into()))
+                .with(
+                    journald
+                        .with_syslog_identifier(identifier.into())
+                        .with_field_prefix(None),
+                )
                 .init();
             return;
         }

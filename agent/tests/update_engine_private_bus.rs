@@ -136,9 +136,17 @@ async fn an_update_waiting_for_reboot_takes_a_slot_drains_and_reboots_through_lo
     assert!(!run.is_finished(), "a bad signal ended the follower");
     assert_eq!(reboots.load(Ordering::SeqCst), 0);
     status_update(&service, &(1i64, 1.0f64, NEED_REBOOT, "4152.2.0", 123i64)).await;
-    // The slot is busy: it waits, without rebooting.
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(coordinator.status().state, "waiting-for-slot");
+    // The slot is busy: it waits, without rebooting (polled for: a fixed sleep is a race on
+    // a loaded machine).
+    let t = std::time::Instant::now();
+    while coordinator.status().state != "waiting-for-slot" {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "never waited for the slot: {}",
+            coordinator.status().state
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     assert_eq!(reboots.load(Ordering::SeqCst), 0);
     // The other node is back: the slot frees, nodectl takes it, drains, reboots.
     other.modify(|s| s.release("flatcar-2")).await.unwrap();

@@ -5,7 +5,7 @@ async fn main() {
     // The crash campaign's crash points (FAILPOINTS), in builds with the feature only.
     #[cfg(feature = "failpoints")]
     let _crash_points = fail::FailScenario::setup();
-    nodectl::logging::init("warn");
+    nodectl::logging::init("nodectl", "warn");
     let cli = nodectl::cli::Cli::parse();
     match nodectl::cli::run(cli).await {
         Ok(code) => std::process::exit(code),

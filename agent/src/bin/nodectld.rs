@@ -26,7 +26,7 @@ async fn main() {
     // The crash campaign's crash points (FAILPOINTS), in builds with the feature only.
     #[cfg(feature = "failpoints")]
     let _crash_points = fail::FailScenario::setup();
-    nodectl::logging::init("info");
+    nodectl::logging::init("nodectld", "info");
     let a = Args::parse();
     let opts = nodectl::daemon::Options {
         root: nodectl::root::Root::new(a.root),

@@ -95,7 +95,7 @@ async fn run(root: Root, p: Params, shared: Arc<Shared>) {
             };
             match report::send(&root, &p.kubeconfig, &r).await {
                 Ok(()) => {
-                    tracing::info!(status = %want.status, reason = %want.reason, "NodectlReady condition sent");
+                    log_sent(last.as_ref(), &want);
                     backoff = BACKOFF_FIRST;
                     retry_at = 0;
                     sent_annotations = ann;
@@ -128,5 +128,23 @@ async fn run(root: Root, p: Params, shared: Arc<Shared>) {
             _ = shared.changed.notified() => {}
             _ = tokio::time::sleep(Duration::from_secs(wait.max(1))) => {}
         }
+    }
+}
+
+/// The condition sent: a flip, or the first sent since nodectld started, carries its
+/// `MESSAGE_ID` (what an operator alerts on); a heartbeat does not.
+fn log_sent(last: Option<&ConditionReport>, want: &condition::Condition) {
+    let flipped = last.is_none_or(|l| l.sent_at == 0 || l.condition.status != want.status);
+    if flipped {
+        tracing::info!(
+            message_id = crate::logging::ids::CONDITION_CHANGED,
+            status = %want.status,
+            reason = %want.reason,
+            "NodectlReady condition is now {} ({})",
+            want.status,
+            want.reason
+        );
+    } else {
+        tracing::info!(status = %want.status, reason = %want.reason, "NodectlReady condition sent");
     }
 }

@@ -329,6 +329,9 @@ pub(crate) async fn connect_loaded(
     Ok(Connection { client, server, ca })
 }
 
+/// The User-Agent of every request nodectl makes to the API server.
+pub const USER_AGENT: &str = concat!("nodectld/", env!("CARGO_PKG_VERSION"));
+
 /// A kube client for a parsed kubeconfig: its current context, else its only (or first) one,
 /// as kubelet's loader picks it. `retry`: kube's retries of 429/503/504.
 pub async fn client(kc: Kubeconfig, retry: bool) -> Result<kube::Client, ClientError> {
@@ -342,6 +345,12 @@ pub async fn client(kc: Kubeconfig, retry: bool) -> Result<kube::Client, ClientE
     };
     let mut cfg = kube::Config::from_custom_kubeconfig(kc, &opts).await?;
     cfg.default_retry = retry;
+    // Its own User-Agent: a `system:node:<name>` request is told from kubelet's in the audit
+    // log and by API Priority and Fairness (kube sets none of its own).
+    cfg.headers.push((
+        hyper::header::USER_AGENT,
+        hyper::header::HeaderValue::from_static(USER_AGENT),
+    ));
     Ok(kube::Client::try_from(cfg)?)
 }
 

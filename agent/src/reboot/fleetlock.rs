@@ -148,6 +148,16 @@ pub enum Op {
     SteadyState,
 }
 
+impl Op {
+    /// The journal's `MESSAGE_ID` of its success: a slot granted, or released.
+    fn message_id(self) -> &'static str {
+        match self {
+            Op::PreReboot => crate::logging::ids::REBOOT_GRANTED,
+            Op::SteadyState => crate::logging::ids::REBOOT_RELEASED,
+        }
+    }
+}
+
 /// Checks a request against the protocol (pure).
 pub fn check(
     method: &Method,
@@ -403,7 +413,7 @@ pub(crate) async fn handle<C: Coordinator>(
     };
     match result {
         Ok(msg) => {
-            tracing::info!(op = ?op, group = %params.group, "FleetLock: {msg}");
+            tracing::info!(message_id = op.message_id(), op = ?op, group = %params.group, "FleetLock: {msg}");
             Response::builder()
                 .status(StatusCode::OK)
                 .header("content-type", "text/plain")

@@ -154,15 +154,50 @@ fn set_timeout(socket: &Socket) -> std::io::Result<()> {
     }
 }
 
-/// The id of the cgroup (v2) at `dir` (`/sys/fs/cgroup/...`): its directory's inode number,
-/// which is what the kernel reports as a socket's cgroup id (kernfs node id). `None` when the
-/// cgroup does not exist (the unit is not running).
+/// The id of the cgroup (v2) at `dir` (`/sys/fs/cgroup/...`), as the kernel reports a socket's
+/// cgroup id: the 64-bit kernfs node id, which `name_to_handle_at` returns as the directory's
+/// file handle (what systemd's `cg_path_get_cgroupid` and iproute2's `ss --cgroup` use). Not the
+/// inode number: the two agree on many kernels but not all (6.18 inside systemd-nspawn on a
+/// hybrid host: inode 48570, id 2837 for the same cgroup). `None` when the cgroup does not
+/// exist (the unit is not running), `dir` is not on a cgroup2 filesystem, or is a symlink.
 pub(crate) fn cgroup_id(dir: &std::path::Path) -> Option<u64> {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::symlink_metadata(dir)
-        .ok()
-        .filter(|m| m.is_dir())
-        .map(|m| m.ino())
+    use std::os::unix::ffi::OsStrExt;
+    const CGROUP2_SUPER_MAGIC: i64 = 0x6367_7270;
+    let meta = std::fs::symlink_metadata(dir).ok()?;
+    if !meta.is_dir() {
+        return None;
+    }
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    // SAFETY: a NUL-terminated path and a statfs buffer of the right size.
+    let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statfs(c.as_ptr(), &mut fs) } != 0 || fs.f_type as i64 != CGROUP2_SUPER_MAGIC
+    {
+        return None;
+    }
+    // struct file_handle with room for kernfs's 8-byte handle (and more, refused below).
+    #[repr(C)]
+    struct Handle {
+        bytes: u32,
+        kind: libc::c_int,
+        f: [u8; 64],
+    }
+    let mut h = Handle {
+        bytes: 64,
+        kind: 0,
+        f: [0; 64],
+    };
+    let mut mount_id: libc::c_int = 0;
+    // SAFETY: `h` is a file_handle whose handle_bytes says how much room follows it.
+    let rc = unsafe {
+        libc::name_to_handle_at(
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            (&mut h as *mut Handle).cast(),
+            &mut mount_id,
+            0,
+        )
+    };
+    (rc == 0 && h.bytes == 8).then(|| u64::from_ne_bytes(h.f[..8].try_into().expect("8 bytes")))
 }
 
 /// Where the cgroup v2 hierarchy is mounted (`/sys/fs/cgroup`; `/sys/fs/cgroup/unified` on a

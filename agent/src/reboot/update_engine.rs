@@ -99,7 +99,10 @@ impl Follower {
         loop {
             match self.coordinator.steady_state(&self.params).await {
                 Ok(msg) => {
-                    tracing::info!("update_engine: {msg}");
+                    tracing::info!(
+                        message_id = crate::logging::ids::REBOOT_RELEASED,
+                        "update_engine: {msg}"
+                    );
                     return;
                 }
                 Err(r) => {
@@ -121,7 +124,10 @@ impl Follower {
                             tokio::time::sleep(self.retry.min(INHIBITOR_RECHECK)).await;
                         }
                     }
-                    tracing::info!("{msg}; rebooting through logind");
+                    tracing::info!(
+                        message_id = crate::logging::ids::REBOOT_GRANTED,
+                        "{msg}; rebooting through logind"
+                    );
                     return (self.reboot)().await;
                 }
                 Err(r) => {

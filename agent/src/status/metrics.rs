@@ -8,17 +8,64 @@ use super::Status;
 /// `memory`: nodectld's resident memory (all, anonymous), when known.
 pub(crate) fn render(st: &Status, memory: Option<(u64, u64)>) -> String {
     let mut o = String::new();
+    // (a `_total` is a counter, as Prometheus's naming rules have it: `promtool check metrics`
+    // refuses the suffix on anything else; the rest are gauges)
     let mut gauge = |name: &str, help: &str, samples: &[(String, f64)]| {
-        let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} gauge");
+        let kind = if name.ends_with("_total") {
+            "counter"
+        } else {
+            "gauge"
+        };
+        let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}");
         for (labels, v) in samples {
             let _ = writeln!(o, "{name}{labels} {v}");
         }
     };
+    gauge(
+        "nodectl_build_info",
+        "nodectld's version (1; the version in the label).",
+        &[(
+            format!("{{version=\"{}\"}}", env!("CARGO_PKG_VERSION")),
+            1.0,
+        )],
+    );
+    steps(st, &mut gauge);
     audit_and_credentials(st, &mut gauge);
     daemon(st, memory, &mut gauge);
     reboot(st, &mut gauge);
     node_condition(st, &mut gauge);
     o
+}
+
+/// Each step's state in the last pass, one series per state (1 for the current one).
+fn steps(st: &Status, gauge: &mut Gauge) {
+    const STATES: [&str; 6] = [
+        "converged",
+        "pending",
+        "applied",
+        "waiting",
+        "blocked",
+        "failed",
+    ];
+    let samples: Vec<(String, f64)> = st
+        .steps
+        .iter()
+        .flat_map(|s| {
+            STATES.iter().map(move |state| {
+                (
+                    format!("{{step=\"{}\",state=\"{state}\"}}", s.id),
+                    f64::from(u8::from(s.state.name() == *state)),
+                )
+            })
+        })
+        .collect();
+    if !samples.is_empty() {
+        gauge(
+            "nodectl_step_state",
+            "Each step's state in the last pass (1 for its state; nodectl status says why).",
+            &samples,
+        );
+    }
 }
 
 fn node_condition(st: &Status, gauge: &mut Gauge) {

@@ -309,10 +309,23 @@ mod tests {
                 .collect::<Vec<_>>(),
             [&"nodectl_reboot_state{state=\"draining\"} 1"]
         );
-        // Every sample line belongs to a declared gauge.
+        // Every sample line belongs to a declared metric: a `_total` a counter, the rest gauges
+        // (the real `promtool check metrics` runs on a daemon's file: tier 1 `metrics_promtool`).
         for l in m.lines().filter(|l| !l.starts_with('#')) {
             let name = l.split(['{', ' ']).next().unwrap();
-            assert!(m.contains(&format!("# TYPE {name} gauge\n")), "{l}");
+            let kind = if name.ends_with("_total") {
+                "counter"
+            } else {
+                "gauge"
+            };
+            assert!(m.contains(&format!("# TYPE {name} {kind}\n")), "{l}");
         }
+        assert!(
+            m.contains(&format!(
+                "\nnodectl_build_info{{version=\"{}\"}} 1\n",
+                env!("CARGO_PKG_VERSION")
+            )),
+            "{m}"
+        );
     }
 }

@@ -127,6 +127,9 @@ struct State {
     pods: BTreeMap<(String, String), Value>,
     /// Every authenticated request: (user, method, path).
     requests: Vec<(String, String, String)>,
+    /// The distinct User-Agent headers of authenticated requests (API Priority and Fairness and
+    /// the audit log tell clients apart by them).
+    user_agents: std::collections::BTreeSet<String>,
     /// Every request, faulted or not: (method, path, since the start).
     times: Vec<(String, String, Duration)>,
     /// Pods a PodDisruptionBudget protects now (eviction refused with 429).
@@ -159,6 +162,29 @@ pub struct Double {
     inner: Arc<Inner>,
     acceptor: tokio_rustls::TlsAcceptor,
     server: tokio::task::JoinHandle<()>,
+    /// The port, held for the double's life by a socket bound to it that never listens
+    /// (`SO_REUSEPORT` on both it and each listener): while the double is [`Double::down`],
+    /// connections are refused as by a server that is down, and no other socket can take the
+    /// port in between (a port dropped and bound again later is a race on a busy machine).
+    _reserved: tokio::net::TcpSocket,
+}
+
+/// A TCP socket with `SO_REUSEADDR` and `SO_REUSEPORT`, bound to `addr`.
+fn reuse_bound(addr: SocketAddr) -> std::io::Result<tokio::net::TcpSocket> {
+    let s = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    s.set_reuseaddr(true)?;
+    s.set_reuseport(true)?;
+    s.bind(addr)?;
+    Ok(s)
+}
+
+/// A listener on the double's held port (see [`Double`]'s `_reserved`).
+fn listen_on(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    reuse_bound(addr)?.listen(1024)
 }
 
 impl Drop for Double {
@@ -240,6 +266,7 @@ impl Double {
                 nodes: BTreeMap::new(),
                 pods: BTreeMap::new(),
                 requests: Vec::new(),
+                user_agents: Default::default(),
                 times: Vec::new(),
                 protected: Default::default(),
             }),
@@ -271,14 +298,16 @@ impl Double {
             rustls::pki_types::PrivateKeyDer::Pkcs8(srv_key.serialize_der().into()),
         )?;
         let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
-        let listener = tokio::net::TcpListener::bind(addr).await?;
-        let addr = listener.local_addr()?;
+        let reserved = reuse_bound(addr)?;
+        let addr = reserved.local_addr()?;
+        let listener = listen_on(addr)?;
         let server = serve(listener, acceptor.clone(), inner.clone());
         Ok(Double {
             addr,
             inner,
             acceptor,
             server,
+            _reserved: reserved,
         })
     }
 
@@ -292,7 +321,7 @@ impl Double {
     /// Listens again on the same address, with the same CA and state.
     pub async fn up(&mut self) -> anyhow::Result<()> {
         self.server.abort();
-        let listener = tokio::net::TcpListener::bind(self.addr).await?;
+        let listener = listen_on(self.addr)?;
         self.server = serve(listener, self.acceptor.clone(), self.inner.clone());
         Ok(())
     }
@@ -498,6 +527,12 @@ impl Double {
         self.inner.state.lock().expect("state").times.clone()
     }
 
+    /// The distinct User-Agent headers of authenticated requests so far ("(none)" for none).
+    pub fn user_agents(&self) -> Vec<String> {
+        let st = self.inner.state.lock().expect("state");
+        st.user_agents.iter().cloned().collect()
+    }
+
     /// Every authenticated request so far: (user, method, path).
     pub fn requests(&self) -> Vec<(String, String, String)> {
         self.inner.state.lock().expect("state").requests.clone()
@@ -674,11 +709,22 @@ async fn handle(
         return fail(StatusCode::UNAUTHORIZED, "Unauthorized", "Unauthorized");
     };
     let path = req.uri().path().to_string();
-    inner.state.lock().expect("state").requests.push((
-        user.name.clone(),
-        req.method().to_string(),
-        path.clone(),
-    ));
+    {
+        let mut st = inner.state.lock().expect("state");
+        st.requests
+            .push((user.name.clone(), req.method().to_string(), path.clone()));
+        let agent = req
+            .headers()
+            .get(hyper::header::USER_AGENT)
+            .map(|v| {
+                String::from_utf8_lossy(v.as_bytes())
+                    .chars()
+                    .take(200)
+                    .collect()
+            })
+            .unwrap_or_else(|| "(none)".to_string());
+        st.user_agents.insert(agent);
+    }
     let query: BTreeMap<String, String> = req
         .uri()
         .query()

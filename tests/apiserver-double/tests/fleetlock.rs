@@ -464,7 +464,8 @@ async fn zincati_drives_two_nodes_through_one_slot_with_drain_and_readiness() {
 }
 
 /// A thousand idle connections and a request declaring a 99 GB body do not keep Zincati out: its
-/// request is answered within a second, and the runtime's other work goes on meanwhile
+/// request is answered well before they would time out (3 s, under the 5 s header timeout), and
+/// the runtime's other work goes on meanwhile
 /// (issue 14, item 5).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_connections_and_huge_bodies_do_not_keep_zincati_out() {
@@ -506,7 +507,9 @@ async fn idle_connections_and_huge_bodies_do_not_keep_zincati_out() {
     .await;
     let took = start.elapsed();
     assert_eq!(s, 200, "{b}");
-    assert!(took < Duration::from_secs(1), "answered in {took:?}");
+    // (kept out by them, it would be answered only once they time out: HEADER_TIMEOUT, 5 s; a
+    // bound under that, not a speed target, on a loaded 2-core machine)
+    assert!(took < Duration::from_secs(3), "answered in {took:?}");
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert!(
         ticks.load(Ordering::SeqCst) > before + 5,

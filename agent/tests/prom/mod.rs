@@ -1,0 +1,110 @@
+//! The real Prometheus tools on a real nodectld's metrics file (Debian's `prometheus` package
+//! for `promtool`, `prometheus-node-exporter` for node_exporter; tests/vm/setup-host.sh installs
+//! both). Missing tools fail the test, naming the package: a tier never skips silently.
+
+use std::io::{Read, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// `promtool check metrics` on the file: its exit status and what it said.
+pub fn promtool_check(file: &Path) -> (bool, String) {
+    let out = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::fs::File::open(file).unwrap())
+        .output()
+        .expect("promtool (Debian package prometheus; tests/vm/setup-host.sh installs it)");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), said)
+}
+
+/// `promtool check rules` on the rules file: its exit status and what it said.
+pub fn promtool_check_rules(file: &Path) -> (bool, String) {
+    let out = Command::new("promtool")
+        .args(["check", "rules"])
+        .arg(file)
+        .output()
+        .expect("promtool (Debian package prometheus; tests/vm/setup-host.sh installs it)");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), said)
+}
+
+/// node_exporter with only its textfile collector on `dir`, scraped once: the exposition.
+/// Its socket is made here and handed over as systemd would (`--web.systemd-socket`: fd 3,
+/// `LISTEN_FDS`, `LISTEN_PID` set by the shell that execs it), so no port is chosen, dropped
+/// and bound again.
+pub fn node_exporter_scrape(dir: &Path) -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let fd = l.as_raw_fd();
+    let mut cmd = Command::new("sh");
+    cmd.arg("-c")
+        .arg(
+            "LISTEN_PID=$$ LISTEN_FDS=1 exec prometheus-node-exporter --web.systemd-socket \
+             --collector.disable-defaults --collector.textfile \
+             --collector.textfile.directory=\"$0\"",
+        )
+        .arg(dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    // SAFETY: only async-signal-safe calls between fork and exec (dup2, fcntl).
+    unsafe {
+        cmd.pre_exec(move || {
+            if fd == 3 {
+                let flags = libc::fcntl(3, libc::F_GETFD);
+                libc::fcntl(3, libc::F_SETFD, flags & !libc::FD_CLOEXEC);
+            } else if libc::dup2(fd, 3) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    assert!(
+        Path::new("/usr/bin/prometheus-node-exporter").exists(),
+        "prometheus-node-exporter (Debian package; tests/vm/setup-host.sh installs it)"
+    );
+    let mut child = cmd.spawn().unwrap();
+    drop(l);
+    let start = Instant::now();
+    let body = loop {
+        // (the socket listens from here: a connection waits in its backlog until node_exporter
+        // accepts it)
+        let mut s = match std::net::TcpStream::connect(addr) {
+            Ok(s) => s,
+            Err(e) => {
+                let _ = child.kill();
+                let out = child.wait_with_output().unwrap();
+                panic!(
+                    "node_exporter's socket: {e}; it said: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+        };
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")
+            .unwrap();
+        let mut r = String::new();
+        let _ = s.read_to_string(&mut r);
+        if r.starts_with("HTTP/1.0 200") || r.starts_with("HTTP/1.1 200") {
+            break r;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "node_exporter did not answer: {r:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    body
+}
