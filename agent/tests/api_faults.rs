@@ -308,15 +308,11 @@ async fn a_new_api_server_pod_ends_a_controllers_backoff() {
         ca_key_pem: Some(key.clone()),
         ..Default::default()
     };
-    let addr = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
-    // The kubeconfig of a server that is not up yet (the same CA and address come up later).
-    let kubeconfig = Double::start_on(addr, opts())
-        .await
-        .unwrap()
-        .bootstrap_kubeconfig("abcdef.0123456789abcdef");
+    // The kubeconfig of a server that is not up yet: the double is taken down at once and
+    // comes up later on the port it holds meanwhile (no port dropped and bound again).
+    let mut api = Double::start(opts()).await.unwrap();
+    api.down();
+    let kubeconfig = api.bootstrap_kubeconfig("abcdef.0123456789abcdef");
     let mut node = Node::start_as(
         "[node]\nrole = \"controller\"\nname = \"c0\"\n",
         &kubeconfig,
@@ -340,7 +336,7 @@ async fn a_new_api_server_pod_ends_a_controllers_backoff() {
     // after the first; the fourth not before 11.2 s: the pod below must end the backoff
     // before then (7.6 + 0.5 + 2.5 s).
     tokio::time::sleep(Duration::from_millis(7600)).await;
-    let api = Double::start_on(addr, opts()).await.unwrap();
+    api.up().await.unwrap();
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(
         requests(&api, "POST", CSRS).len(),

@@ -228,8 +228,7 @@ fn warm_labels(
     drop(labeler);
     if !opened.is_empty() {
         crate::memory::release_freed();
-        tracing::debug!(
-            target: "nodectl::engine",
+        tracing::info!(
             "default labels of a controller's bundle looked up ahead in {:.1} ms ({})",
             t.elapsed().as_secs_f64() * 1e3,
             pass::prefixes(&opened)

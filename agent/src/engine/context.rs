@@ -49,6 +49,10 @@ pub struct Cx {
     /// Set by a step that waits for something to settle (a bundle still being written): the
     /// daemon runs another pass after this long even without an event.
     recheck: std::sync::Mutex<Option<std::time::Duration>>,
+    /// Set by [`super::Engine::apply`], unset by [`super::Engine::plan`]: the observes are a
+    /// pass's, each followed by its step's apply, so a step may name a change whole where its
+    /// apply compares and reports file by file anyway (`secrets`); a plan lists every file.
+    pub applying: std::sync::atomic::AtomicBool,
 }
 
 impl Cx {
@@ -70,6 +74,7 @@ impl Cx {
             settled: Default::default(),
             deferred: Default::default(),
             recheck: std::sync::Mutex::new(None),
+            applying: Default::default(),
         }
     }
 
@@ -82,6 +87,11 @@ impl Cx {
     /// The shortest recheck asked for in this pass, cleared.
     pub fn take_recheck(&self) -> Option<std::time::Duration> {
         self.recheck.lock().expect("recheck lock").take()
+    }
+
+    /// In an apply pass (see [`Cx::applying`]), not a plan.
+    pub fn applying(&self) -> bool {
+        self.applying.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The one atomic write, with this pass's labeler.

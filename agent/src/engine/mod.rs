@@ -302,6 +302,8 @@ impl Engine {
     /// Observes every step. No side effects. A step whose dependency waits, is blocked or failed
     /// is reported blocked; one whose dependency only has pending changes is observed as usual.
     pub async fn plan(&self, cx: &Cx) -> Report {
+        cx.applying
+            .store(false, std::sync::atomic::Ordering::Relaxed);
         let start = Instant::now();
         let mut states: BTreeMap<&str, StepState> = BTreeMap::new();
         let mut out = Vec::new();
@@ -325,10 +327,24 @@ impl Engine {
 
     /// One convergence pass.
     pub async fn apply(&self, cx: &Cx) -> Report {
-        let start = Instant::now();
+        self.start_ahead(cx);
+        self.apply_started(cx).await
+    }
+
+    /// What the steps start on their own threads for this pass's observes
+    /// ([`Step::start_ahead`]): called by [`Engine::apply`], or by the daemon before its own
+    /// set-up of a pass (bus questions asked ahead), which then calls [`Engine::apply_started`].
+    pub fn start_ahead(&self, cx: &Cx) {
         for step in &self.steps {
             step.start_ahead(cx);
         }
+    }
+
+    /// [`Engine::apply`] once [`Engine::start_ahead`] was called for `cx`.
+    pub async fn apply_started(&self, cx: &Cx) -> Report {
+        cx.applying
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        let start = Instant::now();
         let mut states: BTreeMap<&str, StepState> = BTreeMap::new();
         let mut out = Vec::new();
         for step in &self.steps {

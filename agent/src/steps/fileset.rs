@@ -17,6 +17,55 @@ pub(crate) struct FileSet {
 }
 
 impl FileSet {
+    /// A plan's directories and files with their owners' ids (each owner looked up once: a
+    /// bundle names two or three for its 22 files, and each lookup reads the passwd and group
+    /// files). `what` names the bundle in messages.
+    pub(crate) fn of_plan(
+        root: &crate::root::Root,
+        plan: super::bundle::Plan,
+        what: &Path,
+    ) -> anyhow::Result<FileSet> {
+        let mut known = std::collections::HashMap::new();
+        let mut owner = |name: &'static str, of: &Path| {
+            if let Some(ids) = known.get(name) {
+                return Ok(*ids);
+            }
+            let ids = crate::accounts::resolve(root, name).map_err(|e| {
+                anyhow::anyhow!(
+                    "{}: {e} (owner of {}); nothing was placed",
+                    what.display(),
+                    of.display()
+                )
+            })?;
+            known.insert(name, ids);
+            Ok::<_, anyhow::Error>(ids)
+        };
+        let mut set = FileSet::default();
+        for d in plan.dirs {
+            let (uid, gid) = owner(d.owner, &d.dest)?;
+            set.dirs.push(DirSpec {
+                path: d.dest,
+                mode: d.mode,
+                uid,
+                gid,
+                label: d.label,
+            });
+        }
+        for f in plan.files {
+            let (uid, gid) = owner(f.owner, &f.dest)?;
+            set.files.push(FileSpec {
+                path: f.dest,
+                content: f.content,
+                mode: f.mode,
+                uid,
+                gid,
+                label: f.label,
+                temps_of: None,
+            });
+        }
+        Ok(set)
+    }
+
     pub(crate) fn changes(&self, cx: &Cx) -> anyhow::Result<Vec<Change>> {
         self.prefetch_labels(cx);
         let w = cx.writer();
@@ -123,4 +172,18 @@ pub(crate) fn is_ours(real: &Path) -> bool {
 
 pub(crate) fn summary(n: usize, what: &str) -> String {
     format!("{n} {what} in place")
+}
+
+/// What a placement wrote, for its log line: paths (never content), or that all was in place.
+pub(crate) fn written_list(written: &[PathBuf], of: usize) -> String {
+    if written.is_empty() {
+        return "all already in place".into();
+    }
+    let names: Vec<String> = written.iter().map(|p| p.display().to_string()).collect();
+    let rest = if written.len() < of {
+        format!("; {} already in place", of - written.len())
+    } else {
+        String::new()
+    };
+    format!("{} written: {}{rest}", written.len(), names.join(", "))
 }

@@ -46,3 +46,53 @@ pub(super) fn bundle_names(real: &Path) -> std::io::Result<Vec<String>> {
     out.sort();
     Ok(out)
 }
+
+/// Whether anyone holds the file at `real` open for writing, as the kernel knows it: a read
+/// lease (`fcntl(F_SETLEASE, F_RDLCK)`) is refused with `EAGAIN` while any descriptor of the
+/// file is open for writing (fcntl(2), "Leases"), and one granted is released at once (nobody
+/// who opens it meanwhile waits on it for longer than that). `None` where the kernel cannot say:
+/// no lease on this filesystem (`EINVAL`), no right to one, the file gone. A symlink is not
+/// followed.
+pub(super) fn open_for_writing(real: &Path) -> Option<bool> {
+    use std::os::fd::AsRawFd;
+    let f = crate::fsio::open_nofollow(real).ok()?;
+    // SAFETY: fcntl on a descriptor this function holds open.
+    if unsafe { libc::fcntl(f.as_raw_fd(), libc::F_SETLEASE, libc::F_RDLCK) } == 0 {
+        // SAFETY: as above; the lease is ours.
+        unsafe { libc::fcntl(f.as_raw_fd(), libc::F_SETLEASE, libc::F_UNLCK) };
+        return Some(false);
+    }
+    match std::io::Error::last_os_error().raw_os_error() {
+        Some(libc::EAGAIN) => Some(true),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::open_for_writing;
+
+    #[test]
+    fn a_file_open_for_writing_is_told_from_one_closed_or_only_read() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("assets");
+        let w = std::fs::File::create(&p).unwrap();
+        assert_eq!(open_for_writing(&p), Some(true), "held open for writing");
+        let r = std::fs::File::open(&p).unwrap();
+        drop(w);
+        assert_eq!(open_for_writing(&p), Some(false), "only read now");
+        drop(r);
+        assert_eq!(open_for_writing(&p), Some(false), "closed");
+        // (a lease granted is released: a writer opens it at once)
+        let t = std::time::Instant::now();
+        drop(std::fs::OpenOptions::new().write(true).open(&p).unwrap());
+        assert!(t.elapsed() < std::time::Duration::from_secs(1));
+        assert_eq!(open_for_writing(&d.path().join("gone")), None);
+        std::os::unix::fs::symlink(&p, d.path().join("link")).unwrap();
+        assert_eq!(
+            open_for_writing(&d.path().join("link")),
+            None,
+            "not followed"
+        );
+    }
+}

@@ -5,7 +5,7 @@
 //! node-identity ──> kubelet-credentials (below) ──────────────┐
 //! node-files ──────────────────────────────┐
 //! kubelet-unit ────────────────────────────┤
-//! node-files ──> secrets ··> relabel ──────┤
+//!                secrets ··> relabel ──────┤
 //!                secrets ──────────────────┤
 //!                secrets ··> bootstrap-kubeconfig ──> kubelet-ca ──┼──> kubelet-running
 //!                            bootstrap-kubeconfig ──> kubelet-credentials ──┘
@@ -62,10 +62,11 @@ pub fn engine() -> Engine {
 /// Every step of a node (adding a step: one line here).
 fn all() -> Vec<Box<dyn Step>> {
     vec![
+        // (first: it needs no other step, and a bundle's pass places it before checking what
+        // earlier passes made)
+        Box::new(Secrets::default()),
         Box::new(NodeIdentity),
         Box::new(NodeFiles),
-        // (before kubelet-unit, which needs nothing of it: a bundle's pass places it sooner)
-        Box::new(Secrets::default()),
         Box::new(KubeletUnit),
         Box::new(Relabel::default()),
         Box::new(BootstrapKubeconfig),
