@@ -28,6 +28,10 @@ for b in debootstrap mkfs.ext4 setfiles; do
   command -v "$b" >/dev/null || { echo "missing $b: run tests/vm/setup-host.sh" >&2; exit 1; }
 done
 mkdir -p "$VM_CACHE"
+# One build at a time, and none while a VM or container runs from the image (run-in-vm.sh and
+# run-in-nspawn.sh hold this lock shared while they run).
+exec 8>>"$VM_CACHE/.lock"
+flock -w 3600 8 || { echo "build-image.sh: $VM_CACHE/.lock held for an hour" >&2; exit 1; }
 
 inputs_hash=$( { cat "$0" "$HERE"/guest/*; echo "$DISK_SIZE $MIRROR $PKGS"; } | sha256sum | cut -c1-16)
 if [ "${FORCE:-0}" != 1 ] && [ "${REBUILD_ROOTFS:-0}" != 1 ] && [ -f "$VM_CACHE/disk.raw" ] \

@@ -1,13 +1,19 @@
 #!/bin/bash
-# harness-test.sh: the VM harness's own checks (issue: a hung boot is caught and retried).
+# harness-test.sh: the test harness's own checks.
 #  1. A guest whose test runner never starts (masked on the kernel command line) is caught within
 #     the boot bound, killed, and booted again; after the retries run-in-vm.sh exits 126.
 #  2. A suite that started and failed is never retried: its exit status comes back after one boot.
+#  3. One run at a time (issue 50): run-tests.sh refuses to start while another run holds the
+#     lock, or while a VM or container is up (a process named as QEMU stands in for one), exit 2.
+#  4. Nothing left behind: run-tests.sh interrupted while its VM runs, by ^C (INT to its process
+#     group) or by TERM to it alone, and run-in-nspawn.sh by TERM, leave no QEMU and no nspawn.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 . tests/lib/check.sh
-log=$(mktemp); trap 'rm -f "$log"' EXIT
-bound=45
+log=$(mktemp); trap 'rm -f "$log"; rm -rf "$log.d"' EXIT
+mkdir -p "$log.d"
+# (a hung boot is one whose runner never starts: any bound tells it; 20 s keeps this cheap)
+bound=20
 
 printf 'exit 0\n' >"$log.ok"
 start=$SECONDS
@@ -22,9 +28,66 @@ check "each hung boot was killed within the bound (${bound}s each, ${took}s in a
 check "the console tail is shown" grep -q '  | ' "$log"
 
 printf 'echo suite started; exit 3\n' >"$log.suite"
-VM_BOOT_TIMEOUT=$bound tests/vm/run-in-vm.sh "$log.suite" >/dev/null 2>"$log"
+VM_BOOT_TIMEOUT=60 tests/vm/run-in-vm.sh "$log.suite" >/dev/null 2>"$log"
 rc=$?
 rm -f "$log.suite"
 expect "a suite that fails returns its own status" "$rc" 3
 expect "and is not retried" "$(grep -c '^VM-BOOT-RETRY' "$log")" 0
+
+# 3. The lock and the start-up check, on a lock of the test's own (the run this test is part of
+# holds the real one).
+lk=$log.d/lock
+out=$(flock -n "$lk" env -u NODECTL_RUN_LOCKED NODECTL_TEST_LOCK="$lk" tests/run-tests.sh 2>&1)
+rc=$?
+expect "a run started while another holds the lock refuses (exit 2)" "$rc" 2
+check "it says another run holds the lock" grep -q 'another test run holds' <<<"$out"
+cp /bin/sleep "$log.d/qemu-system-x86_64"
+"$log.d/qemu-system-x86_64" 120 &
+fake=$!
+out=$(env -u NODECTL_RUN_LOCKED NODECTL_TEST_LOCK="$lk" tests/run-tests.sh 2>&1)
+rc=$?
+kill "$fake" 2>/dev/null; wait "$fake" 2>/dev/null
+expect "a run started while a VM is up refuses (exit 2)" "$rc" 2
+check "it names the VM's process" grep -q "^$fake .*qemu-system-x86_64" <<<"$out"
+
+# 4. Interrupted runs. qemu_under PID: the QEMU processes under PID (any depth).
+under() { # under PID NAME-REGEX
+  local c
+  for c in $(pgrep -P "$1"); do
+    grep -qE "$2" "/proc/$c/comm" 2>/dev/null && echo "$c"
+    under "$c" "$2"
+  done
+}
+# interrupt HOW NAME CMD...: CMD in a session of its own; once a NAME process runs under it, the
+# signal (HOW: INT to the group as ^C sends it, or TERM to CMD alone); then CMD must end within
+# 30 s and no NAME process be left anywhere.
+interrupt() {
+  local how=$1 name=$2 pid i found= ended=
+  shift 2
+  # (perl: a command started with & by a script ignores INT, which it could not trap then;
+  # a run started at a terminal does not)
+  setsid perl -e '$SIG{INT} = "DEFAULT"; exec @ARGV or die "exec: $!"' "$@" >"$log.d/out" 2>&1 &
+  pid=$!
+  for i in $(seq 300); do
+    [ -n "$(under "$pid" "$name")" ] && { found=1; break; }
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.2
+  done
+  expect "$how: $1 started its $name" "${found:-no}" 1
+  case $how in
+    INT) kill -INT -- "-$pid" ;;
+    TERM) kill -TERM "$pid" ;;
+  esac
+  for i in $(seq 150); do kill -0 "$pid" 2>/dev/null || { ended=1; break; }; sleep 0.2; done
+  expect "$how: $1 ended within 30 s" "${ended:-no}" 1
+  wait "$pid" 2>/dev/null
+  sleep 1
+  expect "$how: no $name left behind" "$(pgrep -a "$name")" ""
+  [ -z "$ended" ] && { kill -KILL -- "-$pid" 2>/dev/null; pkill -KILL "$name"; }
+  [ -n "$found" ] && [ -n "$ended" ] || sed 's/^/  | /' "$log.d/out" | tail -20
+}
+interrupt INT '^qemu-system' env TIERS=probe NODECTL_RUN_LOCKED=harness tests/run-tests.sh
+interrupt TERM '^qemu-system' env TIERS=probe NODECTL_RUN_LOCKED=harness tests/run-tests.sh
+printf 'sleep 600\n' >"$log.d/sleep.sh"
+interrupt TERM '^systemd-nspawn' tests/vm/run-in-nspawn.sh "$log.d/sleep.sh"
 summary "harness"
