@@ -15,15 +15,27 @@
 #       away, a refused bundle, a worker waiting for the API (and 5 minutes in), for approval,
 #       denied, converged: memory (private, memory.current, RSS), CPU, passes
 #   B6  relabel of 20 000 files against chcon -R (relabel-bench)
-# Each figure is printed with its baseline or target and the ratio, unrounded; the table at the
-# end goes into docs/testing.md as printed. The run fails when a guard (a target plus the noise
-# allowance measured over the runs in docs/testing.md) is exceeded.
+# Each figure is printed with its baseline or target and the ratio, unrounded, and judged met or
+# not met in the table at the end, which goes into docs/testing.md as printed (tests/bench/run.sh).
+# No figure fails the run (issue 50: targets are judged in the report, never as wall-clock gates):
+# it fails only on what happened (files, owners, labels, failed reads, passes counted, a bound
+# of 10x that only catches a hang or a poller).
+# BENCH_MODE=full (default; tests/bench/run.sh): five rounds, 30 s idle windows, the API away
+# 5 minutes, 20 000 files relabeled. BENCH_MODE=quick (the test command's smoke): one round,
+# 10 s windows, no 5-minute wait, 2 000 files; its figures are printed, never judged or kept.
 # /test holds: check.sh, lib.sh, nodectld-release, nodectl-release, nodectl, nodectld.service,
 # org.nodectl.Agent1.conf, controller.toml, worker.toml, nodectl-apiserver-double, relabel-bench,
 # kubelet-standin/, rename-now (a bundle's arrival: the rename, timed right before the call).
 . /test/check.sh
 . /test/lib.sh
 export NO_COLOR=1
+BENCH_MODE=${BENCH_MODE:-full}
+case $BENCH_MODE in
+  full) ROUNDS=5 IDLE_S=30 RELABEL_FILES=20000 ;;
+  quick) ROUNDS=1 IDLE_S=10 RELABEL_FILES=2000 ;;
+  *) echo "BENCH_MODE must be full or quick, not '$BENCH_MODE'" >&2; exit 2 ;;
+esac
+echo "bench mode: $BENCH_MODE ($ROUNDS rounds, ${IDLE_S} s idle windows, $RELABEL_FILES files relabeled)"
 INBOX=/var/lib/nodectl/inbox
 ROWS=/tmp/bench-rows
 : >$ROWS
@@ -83,19 +95,21 @@ clean_node() {
   rm -rf /etc/kubernetes/pki /etc/kubernetes/manifests /etc/ssl/etcd /opt/bootstrap/assets /root/glue $INBOX
 }
 
-# idle NAME MAX_PASSES [MAX_TICKS]: nodectld's footprint after 5 s settling and over 30 s of
-# idling: CPU ticks, context switches (wakeups), passes, and its memory at the end:
+# idle NAME MAX_PASSES [MAX_TICKS]: nodectld's footprint after 5 s settling and over IDLE_S
+# (30 s; 10 s in quick mode) of idling: CPU ticks, context switches (wakeups), passes, and its memory at the end:
 # - private: anonymous or private dirty, each page once (per mapping of /proc/<pid>/smaps, the
 #   larger of Anonymous and Private_Dirty): what nodectld itself holds and the node cannot get
-#   back without swap. Target <= 2 MiB in every state; guard 2 MiB + 0.25 MiB (the spread
-#   between boots of the same state in docs/testing.md's runs).
+#   back without swap. Target <= 2 MiB in every state: a figure, met or not in the table.
 # - the unit's memory.current (cgroup v2: its anonymous memory, the page cache it brought in,
 #   kernel memory), with its anon/file split from memory.stat; compared across states at the end.
 # - RSS, shown beside them (it counts the binary's code pages, which are page cache).
 # No pass but MAX_PASSES (a state that backs off: one pass per attempt, attempts 2 s doubling
 # apart to a 64 s cap, with jitter), and at most MAX_TICKS CPU ticks (default 5 plus 30 per
-# pass: a pass costs 5-23 ticks under TCG, its bus calls and file checks; idling itself, the
-# late trim and a timer, 0-2 ticks, up to 4 in a boot where the host ran TCG at half speed).
+# pass and 2 per connection attempt the request made by itself in the window (1.25-2 each
+# measured): a pass costs 5-23 ticks under TCG, its bus calls and file checks; idling itself,
+# the late trim and a timer, 0-2 ticks, up to 4 in a boot where the host ran TCG at half speed).
+# The ticks are a figure; the run fails only at 10x MAX_TICKS (a poller, not a slow machine).
+# The passes are a count of what happened: no pass but MAX_PASSES fails the run.
 # Nothing calls nodectld in the window (the pass count comes from its metrics file), so
 # serving a call is not counted as idling.
 MEM_ROWS=/tmp/bench-mem
@@ -109,9 +123,14 @@ idle() {
   wakeups() { cat /proc/"$pid"/task/*/status | awk '/ctxt_switches/ {n += $2} END {print n}'; }
   # (the pass count from the metrics file nodectld rewrites after each pass: no call to it)
   passes() { awk '$1 == "nodectl_passes_total" {print $2}' /run/nodectl/metrics/nodectl.prom; }
+  local wsince wus attempts
+  wsince=$(date '+%Y-%m-%d %H:%M:%S') wus=$(us)
   t0=$(ticks); w0=$(wakeups); p0=$(passes)
-  idle_wait 30
+  idle_wait "$IDLE_S"
   t1=$(ticks); w1=$(wakeups); p1=$(passes)
+  # the request's own attempts in the window (a backoff retries by itself, 2 s doubling: four
+  # in a first 30 s), each a connection: 1.25-2 ticks each measured under TCG
+  attempts=$(journal_us "$wsince" | awk -F'\t' -v t0="$wus" '$1 >= t0 && $3 ~ /requesting a node client certificate/ {n++} END {print n + 0}')
   rss=$(awk '/^Rss:/ {print $2}' "/proc/$pid/smaps_rollup")
   anon=$(awk '/^Anonymous:/ {print $2}' "/proc/$pid/smaps_rollup")
   pdirty=$(awk '/^Private_Dirty:/ {print $2}' "/proc/$pid/smaps_rollup")
@@ -122,26 +141,32 @@ idle() {
   cg_anon=$(awk '$1 == "anon" {print int($2 / 1024)}' "$cg/memory.stat")
   cg_file=$(awk '$1 == "file" {print int($2 / 1024)}' "$cg/memory.stat")
   ticks=$((t1 - t0)) passes=$((p1 - p0))
-  [ -n "$max_ticks" ] || max_ticks=$((5 + 30 * passes))
-  echo "  | idle '$name': private (anonymous or dirty) $priv kB (anonymous $anon kB, private dirty $pdirty kB), memory.current $cur kB (anon $cg_anon kB, file $cg_file kB), RSS $rss kB; CPU $ticks ticks, $((w1 - w0)) wakeups, $passes passes in 30 s ($(nodectl status | head -1))"
+  [ -n "$max_ticks" ] || max_ticks=$((5 + 30 * passes + 2 * attempts))
+  echo "  | idle '$name': private (anonymous or dirty) $priv kB (anonymous $anon kB, private dirty $pdirty kB), memory.current $cur kB (anon $cg_anon kB, file $cg_file kB), RSS $rss kB; CPU $ticks ticks, $((w1 - w0)) wakeups, $passes passes, $attempts connection attempts in $IDLE_S s ($(nodectl status | head -1))"
   awk '/^[0-9a-f]+-[0-9a-f]+ / {name = ($6 == "" ? "[anon]" : $6)} /^Anonymous:/ {a[name] += $2} /^Rss:/ {r[name] += $2}
        END {for (n in r) if (r[n] >= 256) printf "  |   %6d kB resident, %6d kB anonymous  %s\n", r[n], a[n], n}' "/proc/$pid/smaps" | sort -k5
   echo "  |   threads: $(cat /proc/"$pid"/task/*/comm | sort | uniq -c | tr -s ' ' | tr '\n' ',')"
   mib() { awk -v k="$1" 'BEGIN { printf "%.2f", k / 1024 }'; }
-  row "idle: $name | private $(mib "$priv") MiB (anonymous $(mib "$anon"), dirty $(mib "$pdirty")); memory.current $(mib "$cur") MiB; RSS $(mib "$rss") MiB | $ticks CPU ticks, $((w1 - w0)) wakeups, $passes passes in 30 s | private <= 2 MiB: $([ "$priv" -le 2048 ] && echo met || echo "not met")"
+  row "idle: $name | private $(mib "$priv") MiB (anonymous $(mib "$anon"), dirty $(mib "$pdirty")); memory.current $(mib "$cur") MiB; RSS $(mib "$rss") MiB | $ticks CPU ticks (at most $max_ticks: $([ "$ticks" -le "$max_ticks" ] && echo met || echo "not met")), $((w1 - w0)) wakeups, $passes passes in $IDLE_S s | private <= 2 MiB: $([ "$priv" -le 2048 ] && echo met || echo "not met")"
   echo "$cur $name" >>$MEM_ROWS
-  check "B5 $name: private $priv kB <= 2 MiB + 0.25 (guard: target and allowance)" test "$priv" -le 2304
-  check "B5 $name: $passes passes in 30 s (at most $max_passes)" test "$passes" -le "$max_passes"
-  check "B5 $name: $ticks CPU ticks in 30 s (at most $max_ticks)" test "$ticks" -le "$max_ticks"
+  check "B5 $name: $passes passes in $IDLE_S s (at most $max_passes)" test "$passes" -le "$max_passes"
+  check "B5 $name: $ticks CPU ticks in $IDLE_S s, under 10x the figure's $max_ticks (a poller)" test "$ticks" -le $((10 * max_ticks))
 }
 
-# nodectld's journal since $1 (a date), each line with its ms after $2 (us), the per-file lines
-# of a placement left out.
+# journal_us SINCE: nodectld's journal since SINCE (a date), one line per entry: the time the
+# kernel took the line from nodectld's socket (journald's _SOURCE_REALTIME_TIMESTAMP, from
+# SO_TIMESTAMP: when it was logged, not when a busy journald got to it), journald's receive time
+# (both in us), the message. (A line without the source time: its receive time twice.)
+journal_us() {
+  journalctl -u nodectld.service --since "$1" --no-pager -o json --output-fields=MESSAGE,_SOURCE_REALTIME_TIMESTAMP |
+    jq -r '[(._SOURCE_REALTIME_TIMESTAMP // .__REALTIME_TIMESTAMP), .__REALTIME_TIMESTAMP, (.MESSAGE | tostring)] | @tsv'
+}
+# nodectld's journal since $1 (a date), each line with its ms after $2 (us, the time it was
+# logged) and journald's lag in receiving it (ms), the per-file lines of a placement left out.
 journal_from() {
-  journalctl -u nodectld.service --since "$1" --no-pager -o short-unix | while read -r ts rest; do
-    t=${ts/./}; t=${t:0:16}
-    printf '  |   %6d  %s\n' $(((t - $2) / 1000)) "$(cut -c1-200 <<<"${rest#* }")"
-  done 2>/dev/null | grep -v -e ': secrets: write ' -e ': secrets: create directory ' | head -60
+  journal_us "$1" | while IFS=$'\t' read -r src rcv msg; do
+    printf '  |   %6d %+4d  %s\n' $(((src - $2) / 1000)) $(((rcv - src) / 1000)) "$(cut -c1-200 <<<"$msg")"
+  done 2>/dev/null | grep -v -e ' secrets: write ' -e ' secrets: create directory ' | head -60
 }
 
 # ignition_node_files: what nodectl's Ignition config gives a fresh node before its first boot's
@@ -178,9 +203,11 @@ check "the kernel modules and sysctls from nodectl's Ignition config, applied as
 # What ships: both release builds (the status figure is the release CLI's).
 install -m 0755 /test/nodectld-release /usr/local/bin/nodectld && install -m 0755 /test/nodectl-release /usr/local/bin/nodectl
 restorecon /usr/local/bin/nodectld /usr/local/bin/nodectl
-# Debug for the placement phases (nodectl::fsio) and each step's time (nodectl::engine) only.
-mkdir -p /etc/systemd/system/nodectld.service.d
-printf '[Service]\nEnvironment=NODECTL_LOG=info,nodectl::fsio=debug,nodectl::engine=debug,nodectl_units::systemd=debug\n' >/etc/systemd/system/nodectld.service.d/50-bench.conf
+# nodectld logs as it ships (info): its debug lines (each step's and each placement phase's
+# time) cost journald as much CPU again as the pods' start leaves it (one boot: journald 220 ms
+# with them in a round's window, 110 ms in the glue's), which no user pays. A step's and a
+# phase's time: NODECTL_LOG=info,nodectl::engine=debug,nodectl::fsio=debug (docs/testing.md).
+rm -f /etc/systemd/system/nodectld.service.d/50-bench.conf
 install -D -m 0600 /root/bootstrap-kubeconfig /etc/kubernetes/kubeconfig
 # kubelet: the stand-in image (an operator's image drop-in, as controller.sh), which runs the
 # static pods with podman: the same kubelet and pod runner for nodectld and the glue (B2/B3).
@@ -202,7 +229,7 @@ echo "  | first pass: $first ms ($(nodectl status --json | jq -r '.daemon.last_p
 echo "  | its journal (ms after systemctl start):"
 journal_from "$since" "$t0"
 row "first pass on a fresh controller | $first ms | start to READY $(ms $((t1 - t0))) ms | <= 1000 ms: $([ "$first" -le 1000 ] && echo met || echo "not met")"
-check "B1 the first pass $first ms <= 2 s (guard: its 1 s target is not reliably met, 976-1704 ms in three boots: docs/testing.md)" test "$first" -le 2000
+check "B1 the first pass ended (${first} ms: a figure, target 1 s; a hang at 10 s)" test "$first" -le 10000
 check "B1 the files Ignition placed are nodectld's: no oneshot restarted" sh -c "! journalctl -u nodectld.service --since '$since' --no-pager | grep -q 'restart systemd-'"
 check "B1 the controller waits for its secrets" wait_until 20 sh -c '[ "$(nodectl status --json | jq -r ".steps[] | select(.id==\"secrets\") | .state")" = waiting ]'
 # As Typhoon's: kubelet runs (standalone) before the bundle; what it starts pods from comes last.
@@ -287,6 +314,18 @@ await_pods() {
   done
   return 1
 }
+# cpu_ms UNIT: the CPU time (ms) the unit's cgroup has used (cpu.stat usage_usec; 0 when the unit
+# has no cgroup).
+cpu_ms() {
+  local cg; cg=$(systemctl show -p ControlGroup --value "$1")
+  [ -n "$cg" ] || { echo 0; return; } # (stopped: no cgroup, and / is the whole machine's)
+  cg=/sys/fs/cgroup$cg
+  awk '$1 == "usage_usec" {print int($2 / 1000); found = 1} END {if (!found) print 0}' "$cg/cpu.stat" 2>/dev/null || echo 0
+}
+# window_cpu: the CPU nodectld and journald used from the rename to the pods' reads (set by
+# window_start before the rename): what competes with the pods' own start on the VM's 2 vCPUs.
+window_start() { w_nodectld=$(cpu_ms nodectld.service) w_journald=$(cpu_ms systemd-journald.service); }
+window_cpu() { echo "nodectld $(($(cpu_ms nodectld.service) - w_nodectld)) ms, journald $(($(cpu_ms systemd-journald.service) - w_journald)) ms"; }
 # glue_round: Typhoon's flow on a fresh bundle; sets glue_a, glue_b (us after the rename) and
 # glue_failed.
 glue_round() {
@@ -302,14 +341,16 @@ glue_round() {
   kubelet_watching "$since" || { fail "glue round: the kubelet stand-in watches its staticPodPath"; return 1; }
   mkdir -p /root/glue && make_bundle /root/glue/.assets
   sync
+  window_start
   t0=$(/test/rename-now /root/glue/.assets /root/glue/assets)
   [[ $t0 =~ ^[0-9]+$ ]] || { fail "the glue's bundle renamed in (rename-now: '$t0')"; return 1; }
   (cd /root/glue && /root/layout)
-  t_layout=$(us)
+  # (read in this shell: $(us) would fork a subshell first, a few ms under TCG on its side)
+  t_layout=${EPOCHREALTIME/./}
   glue_a=$((t_layout - t0))
   await_pods || { fail "glue round: the three static pods read their files within 90 s"; return 1; }
   pods_all_read "$t0"; glue_b=$pods_b glue_failed=$failed_reads
-  echo "  | (glue round: reset ${reset_s} s, $((SECONDS - round_t)) s in all)"
+  echo "  | (glue round: reset ${reset_s} s, $((SECONDS - round_t)) s in all; CPU from the rename to the pods' reads: $(window_cpu))"
 }
 # nodectld_round NAME: the same bundle renamed into nodectld's inbox, kubelet started by
 # nodectld before it; sets n_a, n_b (us after the rename), n_failed, n_t0 and n_since.
@@ -336,15 +377,18 @@ nodectld_round() {
   mkdir -p $INBOX && make_bundle $INBOX/.assets
   sync
   n_since=$(date '+%Y-%m-%d %H:%M:%S')
+  window_start
   n_t0=$(/test/rename-now $INBOX/.assets $INBOX/assets)
   [[ $n_t0 =~ ^[0-9]+$ ]] || { fail "$name: the bundle renamed in (rename-now: '$n_t0')"; return 1; }
   await_pods || { fail "$name: the three static pods read their files within 90 s"; return 1; }
   pods_all_read "$n_t0"; n_b=$pods_b n_failed=$failed_reads
+  n_cpu=$(window_cpu)
   # (a): the bundle's pass logs "placed N files" once the last rename is done (journald's
   # receive time, in us).
-  placed=$(journalctl -u nodectld.service --since "$n_since" --no-pager -o short-unix | grep -m1 'placed 22 files from' | cut -d' ' -f1)
-  [ -n "$placed" ] || { fail "$name: nodectld logged the bundle's placement"; return 1; }
-  n_a=$(( ${placed/./} - n_t0 ))
+  # (the time nodectld logged it, not when journald received it: journal_us)
+  placed=$(journal_us "$n_since" | grep -m1 'placed 22 files from' | cut -f1)
+  [[ $placed =~ ^[0-9]+$ ]] || { fail "$name: nodectld logged the bundle's placement"; return 1; }
+  n_a=$((placed - n_t0))
   expect "$name: nodectld placed 22 files" "$(find /etc/kubernetes/pki /etc/kubernetes/manifests /etc/ssl/etcd /opt/bootstrap/assets -type f | wc -l)" 22
   opened=$(journalctl -u nodectld.service --since "$n_since" --no-pager -o short-unix | awk -v t0="$n_t0" '
     { t = $1; sub(/\./, "", t); if (substr(t, 1, 16) + 0 < t0 + 0) next }
@@ -352,10 +396,9 @@ nodectld_round() {
     /pass finished/ { done = 1; exit }
     END { print (done ? n + 0 : "no-pass-line") }')
   expect "$name: the bundle's pass opened no file_contexts handle" "$opened" 0
-  echo "  | ($name: reset ${reset_s} s, $((SECONDS - round_t)) s in all)"
+  echo "  | ($name: reset ${reset_s} s, $((SECONDS - round_t)) s in all; CPU from the rename to the pods' reads: $n_cpu)"
 }
 # (the kubelet unit nodectld rendered in B1, with the stand-in image: the same on both sides)
-ROUNDS=5
 G_A=() G_B=() G_F=() N_A=() N_B=() N_F=()
 for round in $(seq $ROUNDS); do
   glue_round
@@ -387,17 +430,23 @@ gr=$(median $(for i in $(seq 0 $((ROUNDS - 1))); do echo $((G_B[i] - G_A[i])); d
 nr=$(median $(for i in $(seq 0 $((ROUNDS - 1))); do echo $((N_B[i] - N_A[i])); done))
 gf=$(printf '%s\n' "${G_F[@]}" | awk '{n += $1} END {print n + 0}') nf=$(printf '%s\n' "${N_F[@]}" | awk '{n += $1} END {print n + 0}')
 ra=$(uratio "$na" "$ga") rb=$(uratio "$nb" "$gb")
+# spread: the lowest and highest of the rounds' own ratios
+spread() { # spread NODECTLD_ARRAY_NAME GLUE_ARRAY_NAME
+  local -n nn=$1 gg=$2
+  local i
+  for i in $(seq 0 $((ROUNDS - 1))); do uratio "${nn[i]}" "${gg[i]}"; echo; done | sort -g | sed -n '1p;$p' | paste -sd- -
+}
+sa=$(spread N_A G_A) sb=$(spread N_B G_B)
 echo "  | (a) arrival -> every file placed with its final owner, mode and label (median of $ROUNDS): glue $(ms $ga) ms, nodectld $(ms $na) ms = ${ra}x (target <= 0.2x)"
 echo "  | (b) arrival -> every static pod running, its files read (median of $ROUNDS): glue $(ms $gb) ms, nodectld $(ms $nb) ms = ${rb}x (target <= 1x)"
 echo "  |     of which the pods' own start (b - a, median): glue $(ms $gr) ms, nodectld $(ms $nr) ms"
 echo "  | failed reads (a pod reading a file not yet in place or labeled): glue $gf, nodectld $nf in $ROUNDS rounds"
 met() { le "$1" "$2" && echo met || echo "not met"; }
-row "(a) arrival -> all 22 files placed, final owner, mode, label (median of $ROUNDS) | nodectld $(ms $na) ms | glue's layout $(ms $ga) ms | ${ra}x, target <= 0.2x: $(met "$ra" 0.2)"
-row "(b) arrival -> 3 static pods running, files read (median of $ROUNDS) | nodectld $(ms $nb) ms (pods' own start $(ms $nr) ms) | glue $(ms $gb) ms (pods' own start $(ms $gr) ms) | ${rb}x, target <= 1x: $(met "$rb" 1)"
+row "(a) arrival -> all 22 files placed, final owner, mode, label (median of $ROUNDS) | nodectld $(ms $na) ms | glue's layout $(ms $ga) ms | ${ra}x (rounds ${sa}x), target <= 0.2x: $(met "$ra" 0.2)"
+row "(b) arrival -> 3 static pods running, files read (median of $ROUNDS) | nodectld $(ms $nb) ms (pods' own start $(ms $nr) ms) | glue $(ms $gb) ms (pods' own start $(ms $gr) ms) | ${rb}x (rounds ${sb}x), target <= 1x: $(met "$rb" 1)"
 row "failed reads before the files were in place | nodectld $nf | glue $gf | target 0"
-# Guards: the target plus the noise allowance measured over the runs in docs/testing.md.
-check "B3 (a) ${ra}x <= 0.4x (guard: the target, 0.2x, is not met: docs/testing.md)" le "$ra" 0.4
-check "B3 (b) ${rb}x <= 1x + 0.15 (guard: target and allowance)" le "$rb" 1.15
+# (a) and (b) are figures, judged met or not in the table (docs/testing.md): medians of (a)
+# 0.19-0.34x in five boots move with the boot's speed, the glue's forks most.
 expect "B3 no static pod read a file of nodectld's before it was in place with its label" "$nf" 0
 
 echo "## B4: nodectl status against systemctl status kubelet"
@@ -415,7 +464,6 @@ st_n >/dev/null; st_s >/dev/null
 n=$(st_n); s=$(st_s); r=$(ratio "$n" "$s")
 echo "  | nodectl status $(ms "$n") ms, systemctl status kubelet $(ms "$s") ms (median of 11): ${r}x"
 row "nodectl status | $(ms "$n") ms | systemctl status kubelet $(ms "$s") ms | ${r}x, target <= 1x: $(awk -v r="$r" 'BEGIN{print (r <= 1 ? "met" : "not met")}')"
-check "B4 nodectl status no slower than systemctl status kubelet" awk -v r="$r" 'BEGIN { exit !(r <= 1) }'
 
 echo "## B5: idle in every state"
 # (the node's certificate request retries by itself while the API is away: no pass for it; one
@@ -446,17 +494,22 @@ started=$(unit_us nodectld.service ActiveEnterTimestamp)
 # B6 runs in the wait (3-4 minutes of it; its tree is in /var/tmp, which nodectld does not watch:
 # nodectld's own CPU ticks, the figure here, are its own whatever else runs, and the window
 # below starts after B6 ends).
-echo "## B6: relabel of 20 000 files (while the worker waits for the API)"
-/test/relabel-bench 20000 >/tmp/relabel.out
+echo "## B6: relabel of $RELABEL_FILES files (while the worker waits for the API)"
+/test/relabel-bench "$RELABEL_FILES" >/tmp/relabel.out
 rc=$?
 grep -v '^| ' /tmp/relabel.out
 grep '^| relabel ' /tmp/relabel.out >>$ROWS
-check "B6 relabel within its guards (relabel-bench)" test "$rc" = 0
+check "B6 relabel-bench ran, every check's counts as expected (its figures are the table's)" test "$rc" = 0
+expect "B6 three relabel figures" "$(grep -c '^| relabel ' /tmp/relabel.out)" 3
 
 echo "## B5: idle in every state (continued)"
-wait_s=$(((started + 295000000 - $(us)) / 1000000))
-[ "$wait_s" -gt 0 ] && idle_wait "$wait_s"
-idle "worker waiting for the API, 5 min in" 1 7
+if [ "$BENCH_MODE" = full ]; then
+  wait_s=$(((started + 295000000 - $(us)) / 1000000))
+  [ "$wait_s" -gt 0 ] && idle_wait "$wait_s"
+  idle "worker waiting for the API, 5 min in" 1 7
+else
+  echo "  | (quick mode: the state 5 minutes in is not measured)"
+fi
 check "the double asks for manual approval" start_apiserver_double --ca-key /root/bench-ca.key --approval manual
 systemctl restart nodectld.service
 check "B5 the worker waits for approval" wait_until 30 sh -c \
@@ -472,17 +525,21 @@ systemctl restart nodectld.service
 check "B5 the worker converges" wait_until 60 sh -c \
   'nodectl status --json | jq -e ".daemon.status_line == \"node converged\" and .kubelet.active == \"active\""'
 idle "worker converged (credentials, kubelet active)" 0
-# memory.current: no state holds more than 2 MiB above the converged one (+ 0.5 MiB allowance).
+# memory.current: no state holds more than 2 MiB above the converged one (a figure).
 conv=$(awk '/worker converged/ {print $1}' $MEM_ROWS)
 while read -r cur name; do
-  echo "  | memory.current '$name': $cur kB, $((cur - conv)) kB against the converged worker's"
-  check "B5 $name: memory.current $cur kB <= converged $conv kB + 2 MiB + 0.5 (guard)" test "$cur" -le $((conv + 2560))
+  echo "  | memory.current '$name': $cur kB, $((cur - conv)) kB against the converged worker's ($([ "$cur" -le $((conv + 2048)) ] && echo met || echo "not met"): target <= converged + 2 MiB)"
 done <$MEM_ROWS
 stop_apiserver_double
 clean_node
 rm -f /etc/systemd/system/nodectld.service.d/50-bench.conf && systemctl daemon-reload
 
-echo "## the table (docs/testing.md)"
+# The table parses: every row four cells, a verdict in each figure's, one row per figure.
+expect "the table's rows have four cells each" "$(awk -F'|' 'NF != 6' $ROWS)" ""
+expect "every figure's row says met or not met (the failed reads' row: its target)" \
+  "$(grep -v -e ': met |$' -e ': not met |$' -e '| target 0 |$' $ROWS)" ""
+expect "the table has its rows" "$(wc -l <$ROWS)" $([ "$BENCH_MODE" = full ] && echo 16 || echo 15)
+echo "## the table (docs/testing.md; bench mode: $BENCH_MODE)"
 echo "| measured | nodectld | baseline | ratio / target |"
 echo "|---|---|---|---|"
 cat $ROWS

@@ -17,7 +17,8 @@ end='<!-- bench-table:end -->'
 bench_part() { sed -n '/^## B1: /,/^bench: [0-9]* passed/p' "$1"; }
 # table_of FILE: the table bench.sh prints at its end.
 table_of() {
-  awk '/^## the table \(docs\/testing.md\)/ {t = 1; next} t && /^\|/ {print; next} t {exit}' "$1"
+  # (a full run's; runs before the modes had no mode in the heading)
+  awk '/^## the table \(docs\/testing.md(; bench mode: full)?\)$/ {t = 1; next} t && /^\|/ {print; next} t {exit}' "$1"
 }
 # docs_table: the table between the markers in docs/testing.md.
 docs_table() { awk -v b="$begin" -v e="$end" '$0 == e {t = 0} t {print} $0 == b {t = 1}' "$docs"; }
@@ -25,6 +26,8 @@ docs_table() { awk -v b="$begin" -v e="$end" '$0 == e {t = 0} t {print} $0 == b 
 case ${1:-} in
   --update)
     [ -n "${2:-}" ] || { echo "usage: $0 --update LOG" >&2; exit 2; }
+    ! grep -q '^## the table (docs/testing.md; bench mode: quick)' "$2" ||
+      { echo "$0: $2 is a quick run's (the test command's smoke): its figures are not kept" >&2; exit 1; }
     part=$(bench_part "$2")
     [ -n "$part" ] || { echo "$0: no benchmark output (## B1 ... bench: N passed) in $2" >&2; exit 1; }
     printf '%s\n' "$part" | sed 's/\x1b\[[0-9;]*m//g' >"$raw"

@@ -182,8 +182,10 @@ priv=$(awk '/^[0-9a-f]+-[0-9a-f]+ / {t += (a > d ? a : d); a = 0; d = 0} /^Anony
 echo "  | private (anonymous or dirty) $priv kB"
 check "K5 idle private memory $priv kB <= 2 MiB + 0.25 (guard: target and allowance)" test "$priv" -le 2304
 expect "K5 no pass in 30 s idle (no polling)" "$passes1" "$passes0"
-# (each `nodectl status` above is a D-Bus call: a few ticks at most)
-check "K5 under 0.1 s of CPU in 30 s idle ($((cpu1 - cpu0)) ticks)" test $((cpu1 - cpu0)) -le 10
+# (each `nodectl status` above is a D-Bus call: a few ticks at most. The ticks are a figure (the
+# benchmark's B5 reports them per state); the check is 10x the 10 ticks idling may take, which
+# only a poller exceeds: issue 50, no timing gate in the test command)
+check "K5 not polling: $((cpu1 - cpu0)) CPU ticks in 30 s idle (a poller above 100)" test $((cpu1 - cpu0)) -le 100
 
 echo "## K7: FleetLock serves Zincati's unit, not whoever takes its uid"
 # Issue 37, 4: a root process can setuid to zincati before socket(); the kernel's socket table

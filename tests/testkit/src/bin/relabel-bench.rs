@@ -10,8 +10,9 @@
 //! A full scan of an already-right tree (what `nodectl apply` from the command line does) is
 //! timed too.
 //! Prints the ratios, unrounded, with their targets (>= 4x changed, >= 8x unchanged, >= 8x for a
-//! full scan of an unchanged tree) and table rows for docs/testing.md; exit 1 below a guard (2x
-//! changed, 8x unchanged, 2.5x full scan).
+//! full scan of an unchanged tree), met or not, and table rows for docs/testing.md. The exit
+//! status says whether it ran and relabeled right (every check's counts asserted), never whether
+//! a target was met: targets are judged in the benchmark's report (issue 50).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -108,31 +109,20 @@ fn main() {
     }
     let best = |v: &[Duration]| v.iter().min().copied().expect("rounds");
     let (cc, oc, cs, os) = (best(&cc), best(&oc), best(&cs), best(&os));
-    let mut passed = 0;
-    let mut failed = 0;
     // Targets (docs/testing.md): changed >= 4x, unchanged >= 8x, a full scan of an unchanged
-    // tree >= 8x. The run fails below a guard: the target where it is met (unchanged), else
-    // below what the runs in docs/testing.md measured, less their spread (changed 2.9-4.4x:
-    // 2x; full scan 2.6-4.0x: 2.5x), so CI catches a regression without claiming the target.
-    // Ratios are printed unrounded (6 significant digits) and judged as computed.
+    // tree >= 8x, each reported met or not. Ratios are printed unrounded (6 significant digits)
+    // and judged as computed.
     let met = |ok: bool| if ok { "met" } else { "not met" };
     let mut table = Vec::new();
     let f = best(&full);
-    for (case, c, o, target, guard) in [
-        ("changed", cc, oc, 4.0, 2.0),
-        ("unchanged", cs, os, 8.0, 8.0),
-        ("full scan of an unchanged tree", cs, f, 8.0, 2.5),
+    for (case, c, o, target) in [
+        ("changed", cc, oc, 4.0),
+        ("unchanged", cs, os, 8.0),
+        ("full scan of an unchanged tree", cs, f, 8.0),
     ] {
         let ratio = c.as_secs_f64() / o.as_secs_f64();
-        let ok = ratio >= guard;
-        if ok {
-            passed += 1
-        } else {
-            failed += 1
-        }
         println!(
-            "{} relabel {entries} entries, {case:9}: chcon -R {:.3} s, nodectl {:.3} s -> {ratio:.6}x faster than chcon -R (target >= {target}x: {}; guard >= {guard}x)",
-            if ok { "PASS" } else { "FAIL" },
+            "FIGURE relabel {entries} entries, {case:9}: chcon -R {:.3} s, nodectl {:.3} s -> {ratio:.6}x faster than chcon -R (target >= {target}x: {})",
             c.as_secs_f64(),
             o.as_secs_f64(),
             met(ratio >= target),
@@ -148,6 +138,5 @@ fn main() {
         println!("{row}");
     }
     let _ = std::fs::remove_dir_all(&dir);
-    println!("relabel-bench: {passed} passed, {failed} failed");
-    std::process::exit(if failed == 0 { 0 } else { 1 });
+    println!("relabel-bench: ran, every check's counts as expected");
 }
