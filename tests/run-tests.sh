@@ -5,6 +5,8 @@
 #   tier 3  QEMU VM (TCG)                   SELinux enforcing with MCS, udev, podman; power cuts
 # Installs host packages and builds the cached test image when missing. Exits non-zero when any
 # tier fails; a tier that cannot run is a failure, never a skip. TIERS="1 2 3" selects tiers.
+#   --full    the campaigns in full (power cuts 30, the VM crash sample 48 kills, proptest 4096
+#             cases); without it they run sampled (docs/testing.md: quick vs full)
 #   --bench   the benchmark instead (tests/bench/run.sh): the guests' build, then bench.sh in a
 #             VM boot of its own, in full; its exit status says whether it ran, not whether a
 #             target was met (docs/testing.md)
@@ -13,12 +15,24 @@
 # container it started before it exits.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-BENCH=0
+BENCH=0 FULL=0
 case ${1:-} in
   --bench) BENCH=1; TIERS=bench ;;
+  --full) FULL=1 ;;
   "") ;;
-  *) echo "usage: $0 [--bench]" >&2; exit 2 ;;
+  *) echo "usage: $0 [--full | --bench]" >&2; exit 2 ;;
 esac
+# Every random choice of the run comes from SEED (printed here and in the summary; SEED=N
+# draws the same again): the crash campaigns' kill instants (tier 1, nspawn, the VM's cut-at
+# kills and power cuts) and proptest's cases.
+SEED=${SEED:-$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}
+[[ $SEED =~ ^[0-9]+$ ]] || { echo "SEED must be a number, not '$SEED'" >&2; exit 2; }
+export NODECTL_TEST_SEED=$SEED PROPTEST_RNG_SEED=$SEED
+echo "SEED=$SEED (SEED=$SEED $0 $* draws the same)"
+if [ "$FULL" = 1 ]; then
+  export PROPTEST_CASES=${PROPTEST_CASES:-4096} POWERCUT_CUTS=${POWERCUT_CUTS:-30}
+  CRASH_TRIALS=${CRASH_TRIALS:-48}
+fi
 TIERS=${TIERS:-1 2 3}
 results=()
 failed=0
@@ -44,7 +58,7 @@ if [ -z "${NODECTL_RUN_LOCKED:-}" ]; then
   echo $$ >"$lock.pid"
   # A VM or container still up (an earlier run killed with SIGKILL, or started by hand) would
   # take both cores from this run and skew every figure in it: reported, and nothing runs.
-  left=$(pgrep -a '^(qemu-system|systemd-nspawn)')
+  left=$(pgrep -a '^qemu-system'; pgrep -a '^systemd-nspawn')
   if [ -n "$left" ]; then
     printf 'run-tests.sh: a VM or container is still running; stop it first (kill PID):\n%s\n' "$left" >&2
     exit 2
@@ -78,13 +92,6 @@ hdr "host setup"
 tests/vm/setup-host.sh || exit 1
 
 if [[ " $TIERS " == *" 1 "* ]]; then
-  if [ -z "${NODECTL_RUNNER_TEST:-}" ]; then # (not in the copy runner-test.sh runs)
-    hdr "tier 1 runner: a test that does not compile fails tier 1"
-    start=$SECONDS
-    bg tests/runner-test.sh
-    record 1-runner $?
-    echo "(tier 1-runner took $((SECONDS - start)) s)"
-  fi
   hdr "tier 1: cargo test"
   # Build first and flush what the build wrote: on a fresh clone gigabytes of build output are
   # still being written back, and the tests that time an fsync'd write (approval_latency's
@@ -97,10 +104,19 @@ if [[ " $TIERS " == *" 1 "* ]]; then
   # (the last: the crash campaign, binaries with crash points (feature failpoints), >= 500 kills)
   record 1 $?
   echo "(tier 1 took $((SECONDS - start)) s)"
+  if [ -z "${NODECTL_RUNNER_TEST:-}" ]; then # (not in the copy runner-test.sh runs; after tier 1, whose
+    # built dependencies it links in)
+    hdr "tier 1 runner: a test that does not compile fails tier 1"
+    start=$SECONDS
+    bg tests/runner-test.sh
+    record 1-runner $?
+    echo "(tier 1-runner took $((SECONDS - start)) s)"
+  fi
 fi
 
 stage=$(mktemp -d /tmp/nodectl-stage.XXXXXX)
 trap 'rm -rf "$stage" "$stage.crash" "$stage.gnupg"' EXIT
+echo "$SEED" >"$stage/seed"
 if [[ " $TIERS " == *" 2 "* || " $TIERS " == *" 3 "* || $BENCH = 1 ]]; then
   hdr "build binaries for the guests"
   # The crash campaign on real systemd (tier 2's crash.sh): its test binary and nodectl with
@@ -165,7 +181,7 @@ if [[ " $TIERS " == *" 2 "* ]]; then
   # The crash campaigns on real systemd (nodectl apply's, the daemon's), in a boot of their own
   # (a fresh node): ~200 s and ~220 s.
   NSPAWN_TIMEOUT=1800 bg tests/vm/run-in-nspawn.sh tests/nspawn/crash.sh "$stage"/check.sh "$stage"/nodectld.service \
-    "$stage"/org.nodectl.Agent1.conf "$stage.crash"/*
+    "$stage"/org.nodectl.Agent1.conf "$stage"/seed "$stage.crash"/*
   crc=$?
   echo "(tier 2 crash.sh took $((SECONDS - cstart)) s)"
   record 2 $((rc != 0 ? rc : crc))
@@ -179,7 +195,7 @@ if [[ " $TIERS " == *" 3 "* ]]; then
   # run-in-vm.sh (VM-BOOT-RETRY lines); the summary counts the retries.
   # The benchmark's smoke (BENCH_MODE=quick): it runs, its table parses, nodectld read no file
   # late; its figures are printed, never judged (tests/bench/run.sh measures them in full).
-  VM_TIMEOUT=2700 bg tests/vm/run-in-vm.sh tests/vm/suites/all.sh "$stage"/* -- node.sh secrets.sh kubelet.sh controller.sh typhoon.sh sysext.sh crash.sh BENCH_MODE=quick bench.sh \
+  VM_TIMEOUT=2700 bg tests/vm/run-in-vm.sh tests/vm/suites/all.sh "$stage"/* -- NODECTL_TEST_SEED="$SEED" CRASH_TRIALS="${CRASH_TRIALS:-16}" node.sh secrets.sh kubelet.sh controller.sh typhoon.sh sysext.sh crash.sh BENCH_MODE=quick bench.sh \
     2> >(tee "$stage/vm.stderr" >&2)
   record 3 $?
   echo "(tier 3 suites took $((SECONDS - start)) s)"
@@ -187,7 +203,7 @@ if [[ " $TIERS " == *" 3 "* ]]; then
   # The power-cut campaign (powercut.sh): a VM session of its own that reboots at each cut,
   # ~45 s a cut; a sample here, POWERCUT_CUTS=30 for the full campaign (docs/testing.md).
   cuts=${POWERCUT_CUTS:-4}
-  VM_REBOOT=1 VM_TIMEOUT=$((300 + cuts * 150)) bg tests/vm/run-in-vm.sh tests/vm/suites/powercut.sh "$stage"/* -- "$cuts" \
+  VM_REBOOT=1 VM_TIMEOUT=$((300 + cuts * 150)) bg tests/vm/run-in-vm.sh tests/vm/suites/powercut.sh "$stage"/* -- "$cuts" "$SEED" \
     2> >(tee -a "$stage/vm.stderr" >&2)
   record 3-powercut $?
   echo "(tier 3-powercut took $((SECONDS - pstart)) s)"
@@ -224,6 +240,7 @@ if [ "$BENCH" = 1 ]; then
 fi
 
 hdr "summary"
+echo "SEED=$SEED$([ "$FULL" = 1 ] && echo ' (--full)')"
 printf '%s\n' "${results[@]}"
 [ -z "${vm_retries:-}" ] || echo "VM boots retried after a hang: $vm_retries (the harness test's own 2 not counted)"
 echo "tiers: $(( ${#results[@]} - failed )) passed, $failed failed"

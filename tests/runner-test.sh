@@ -7,7 +7,7 @@
 # it): cargo hashes a workspace's crates by their paths inside it, so a shared target directory
 # would take the copy's test binaries, CARGO_MANIFEST_DIR the copy's, for the checkout's own
 # (seen: audit_fixture then read its fixtures from the removed copy). Run by run-tests.sh
-# before tier 1; it costs a build of the dependencies (~4 min on 2 cores).
+# before tier 1; with the checkout's dependencies linked in, it builds the workspace's crates.
 # Also the VM tier's SELinux gate (tests/vm/avc-gate.sh, run by run-in-vm.sh on each boot's
 # denials): a planted denial that the expected list does not name fails it.
 set -uo pipefail
@@ -34,6 +34,13 @@ verdict "avc-gate: it names the unexpected denial" $?
 avc tool gate_t 'read write' 1 >"$copy/avc.log"
 tests/vm/avc-gate.sh "$copy/avc.log" "$copy/expected" >/dev/null
 verdict "avc-gate: the same denial in permissive mode is another kind (exit $?)" "$(($? != 1))"
+printf '0 gate_t shadow_t file * read write # any command\n' >"$copy/expected"
+avc other gate_t 'read write' 0 >"$copy/avc.log"
+tests/vm/avc-gate.sh "$copy/avc.log" "$copy/expected" >/dev/null
+verdict "avc-gate: a kind listed with command * takes any command" $?
+avc other gate_t 'read write' 1 >"$copy/avc.log"
+tests/vm/avc-gate.sh "$copy/avc.log" "$copy/expected" >/dev/null
+verdict "avc-gate: but not its permissive twin (exit $?)" "$(($? != 1))"
 printf '0 gate_t shadow_t file tool read write\n' >"$copy/expected"
 tests/vm/avc-gate.sh /dev/null "$copy/expected" 2>/dev/null
 verdict "avc-gate: an expected kind without a reason is refused (exit $?)" "$(($? != 2))"
@@ -44,6 +51,17 @@ rm -f "$copy/avc.log" "$copy/expected"
 git ls-files -z | tar --null -T - -cf - 2>/dev/null | tar -xf - -C "$copy" || { echo "runner-test: cannot copy the checkout" >&2; exit 1; }
 planted=agent/tests/planted_compile_error.rs
 printf '// planted by tests/runner-test.sh: must not compile\n#[test]\nfn planted() {\n    let _n: u32 = "not a number";\n}\n' >"$copy/$planted"
+# The checkout's built dependencies, hard-linked into the copy's target directory (the same
+# filesystem; a plain build of them took ~4 min): cargo reuses a dependency whose fingerprint
+# matches without writing it, and builds the copy's own crates anew under other hashes (their
+# paths differ), so nothing the checkout's target holds is written through a link.
+src_target=${CARGO_TARGET_DIR:-target}
+if [ -d "$src_target/debug" ]; then
+  # (cargo's lock file not shared: each build locks its own)
+  { mkdir -p "$copy/target" && cp -al "$src_target/debug" "$copy/target/debug" 2>/dev/null &&
+    rm -f "$copy/target/debug/.cargo-lock"; } ||
+    { rm -rf "$copy/target"; echo "runner-test: the built dependencies could not be linked in; building them"; }
+fi
 out=$(CARGO_TARGET_DIR="$copy/target" NODECTL_RUNNER_TEST=1 TIERS=1 "$copy/tests/run-tests.sh" 2>&1)
 rc=$?
 verdict "run-tests.sh exits non-zero when a test file does not compile (exit $rc)" "$((rc == 0))"

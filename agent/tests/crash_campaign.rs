@@ -616,10 +616,10 @@ fn scenario(
     // Drawn inside the reference pass; a kill that finds the process already exited (its pass
     // ran faster than the reference's) is not a trial and is drawn again.
     let (mut landed, mut late) = (0, 0);
+    let mut draws = crash::Draws::from_env(s as u64);
     while landed < random {
         let (root, before) = prepare(bed, s);
-        let at =
-            Duration::from_micros((nodectl::util::jitter() * r.pass.as_micros() as f64) as u64);
+        let at = Duration::from_micros((draws.fraction() * r.pass.as_micros() as f64) as u64);
         let mut child = nodectl()
             .arg("--root")
             .arg(&root)

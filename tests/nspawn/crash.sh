@@ -41,11 +41,11 @@ campaign() {
   local name=$1 test=$2 min=$3 out rc line n
   echo "## $name"
   start=$SECONDS
-  out=$(NODECTL_CRASH_HOST=1 NODECTL_BIN=/test/nodectl-failpoints RUST_BACKTRACE=1 \
+  out=$(NODECTL_TEST_SEED=$(cat /test/seed 2>/dev/null) NODECTL_CRASH_HOST=1 NODECTL_BIN=/test/nodectl-failpoints RUST_BACKTRACE=1 \
     /test/crash_campaign --ignored --exact "$test" --nocapture --test-threads=1 2>&1)
   rc=$?
   # the summary lines and each trial that did not converge (with the first line of its output)
-  printf '%s\n' "$out" | grep -E 'reference pass|hits per|trials at crash points|^trials [0-9]|^test result|not converged|^  [a-z].*: ' |
+  printf '%s\n' "$out" | grep -E 'crash campaign: seed|reference pass|hits per|trials at crash points|^trials [0-9]|^test result|not converged|^  [a-z].*: ' |
     cut -c1-400 | sed 's/^/  | /'
   [ $rc = 0 ] || printf '%s\n' "$out" | grep -v '^$' | tail -30 | sed 's/^/  | /'
   echo "  | took $((SECONDS - start)) s"

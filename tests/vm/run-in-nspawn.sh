@@ -15,20 +15,9 @@ command -v systemd-nspawn >/dev/null || { echo "systemd-nspawn missing: run test
 exec 8>>"$VM_CACHE/.lock"
 flock -s -w 3600 8 || { echo "the rootfs in $VM_CACHE is being rebuilt for over an hour" >&2; exit 125; }
 work=$(mktemp -d /tmp/nodectl-nspawn.XXXXXX)
-npid=
-ends() {
-  set +e
-  if [ -n "$npid" ] && kill -0 "$npid" 2>/dev/null; then
-    kill -TERM "$npid" 2>/dev/null
-    for _ in $(seq 50); do kill -0 "$npid" 2>/dev/null || break; sleep 0.2; done
-    kill -KILL "$npid" 2>/dev/null; wait "$npid" 2>/dev/null
-  fi
-  if [ "${KEEP:-0}" = 1 ]; then echo "---- kept $work" >&2; else rm -rf "$work"; fi
-}
-trap ends EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-trap 'exit 129' HUP
+# (nspawn stops its container's systemd on TERM: 10 s for that before KILL)
+CHILD_GRACE=100
+. "$(dirname "$0")/child.sh"
 share=$work/share; mkdir -p "$share"
 install -m 0755 "$script" "$share/run.sh"
 for f in "$@"; do cp -a "$f" "$share/"; done
@@ -38,19 +27,16 @@ set +e
 systemd-nspawn -q -D "$R" --volatile=overlay --register=no --keep-unit \
   --private-network --bind="$share:/test" --machine=nodectl-test --console=pipe \
   --boot -- nodectl.test=1 >"$work/console.log" 2>&1 </dev/null &
-npid=$!
-mkfifo "$work/tick"
+child=$!
 start=$SECONDS nrc=
-while kill -0 "$npid" 2>/dev/null; do
+while kill -0 "$child" 2>/dev/null; do
   if [ $((SECONDS - start)) -ge "${NSPAWN_TIMEOUT:-300}" ]; then
-    kill -TERM "$npid"; for _ in $(seq 50); do kill -0 "$npid" 2>/dev/null || break; sleep 0.2; done
-    kill -KILL "$npid" 2>/dev/null; wait "$npid" 2>/dev/null; npid= nrc=124
+    stop_child 100; nrc=124
     break
   fi
-  # (a read with a timeout, not `sleep`: a trapped signal ends the wait at once)
-  read -r -t 1 _ <>"$work/tick" || true
+  tick
 done
-if [ -z "$nrc" ]; then wait "$npid"; nrc=$?; npid=; fi
+if [ -z "$nrc" ]; then wait "$child"; nrc=$?; child=; fi
 set -e
 [ -f "$share/out/output.log" ] && cat "$share/out/output.log"
 rc=125; [ -f "$share/out/rc" ] && rc=$(cat "$share/out/rc"); [ $nrc = 124 ] && rc=124

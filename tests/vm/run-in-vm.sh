@@ -29,23 +29,9 @@ done
 exec 8>>"$VM_CACHE/.lock"
 flock -s -w 3600 8 || { echo "the VM image in $VM_CACHE is being rebuilt for over an hour" >&2; exit 125; }
 work=$(mktemp -d /tmp/nodectl-vm.XXXXXX)
-qpid=
-# ends: QEMU killed (and waited for), the work directory removed unless KEEP=1.
-ends() {
-  set +e
-  if [ -n "$qpid" ] && kill -0 "$qpid" 2>/dev/null; then
-    kill -TERM "$qpid" 2>/dev/null
-    for _ in 1 2 3 4 5 6 7 8 9 10; do kill -0 "$qpid" 2>/dev/null || break; sleep 0.2; done
-    kill -KILL "$qpid" 2>/dev/null; wait "$qpid" 2>/dev/null
-  fi
-  if [ "${KEEP:-0}" = 1 ]; then echo "---- kept $work" >&2; else rm -rf "$work"; fi
-}
-trap ends EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-trap 'exit 129' HUP
+CHILD_GRACE=20
+. "$(dirname "$0")/child.sh"
 share=$work/share; mkdir -p "$share"
-mkfifo "$work/tick"
 files=(); args=()
 while [ $# -gt 0 ]; do
   if [ "$1" = -- ]; then shift; args=("$@"); break; fi
@@ -75,24 +61,21 @@ boot() {
     -netdev hubport,id=n0,hubid=0 -device virtio-net-pci,netdev=n0,mac=52:54:00:12:34:56 \
     -serial "file:$work/console.log" -serial "file:$work/runner.log" \
     -object rng-random,filename=/dev/urandom,id=rng0 -device virtio-rng-pci,rng=rng0 2>"$work/qemu.stderr" &
-  qpid=$!
+  child=$!
   local start=$SECONDS started=0 limit=${VM_TIMEOUT:-900}
-  while kill -0 "$qpid" 2>/dev/null; do
+  while kill -0 "$child" 2>/dev/null; do
     [ "$started" = 1 ] || ! grep -q TESTRUNNER-START "$work/runner.log" 2>/dev/null || started=1
     if [ "$started" = 0 ] && [ $((SECONDS - start)) -ge "$boot_timeout" ]; then
-      kill "$qpid" 2>/dev/null; wait "$qpid" 2>/dev/null; qpid=
-      return 200
+      stop_child 20; return 200
     fi
     if [ $((SECONDS - start)) -ge "$limit" ]; then
-      kill "$qpid" 2>/dev/null; wait "$qpid" 2>/dev/null; qpid=
-      return 124
+      stop_child 20; return 124
     fi
-    # (a read with a timeout, not `sleep`: a trapped signal ends the wait at once)
-    read -r -t 1 _ <>"$work/tick" || true
+    tick
   done
   local rc=0
-  wait "$qpid" || rc=$?
-  qpid=
+  wait "$child" || rc=$?
+  child=
   return $rc
 }
 

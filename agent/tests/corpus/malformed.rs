@@ -460,7 +460,9 @@ mod generated {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+        // 512 cases, or PROPTEST_CASES where it asks for more (`tests/run-tests.sh --full`); the
+        // seed is PROPTEST_RNG_SEED, which the test command sets from its printed SEED.
+        #![proptest_config(ProptestConfig { cases: ProptestConfig::default().cases.max(512), ..ProptestConfig::default() })]
 
         #[test]
         fn kubeconfigs_never_panic_nor_echo_a_secret(s in planted()) {

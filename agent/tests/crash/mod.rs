@@ -211,3 +211,34 @@ fn pair(pem: &[u8]) -> Result<(), String> {
     }
     Ok(())
 }
+
+/// The campaign's random draws, reproducible: SplitMix64 from `NODECTL_TEST_SEED` (the test
+/// command prints the seed it chose; `SEED=N tests/run-tests.sh` runs the same draws again), or
+/// a seed drawn here and printed. The draws are the kill instants; where a kill lands also
+/// depends on how fast the pass ran, so a rerun repeats the instants, not every outcome.
+pub struct Draws(u64);
+
+impl Draws {
+    /// `stream`: one sequence per use of the one seed (a scenario's number).
+    pub fn from_env(stream: u64) -> Draws {
+        let seed = match std::env::var("NODECTL_TEST_SEED") {
+            Ok(s) if !s.trim().is_empty() => s
+                .trim()
+                .parse()
+                .unwrap_or_else(|_| panic!("NODECTL_TEST_SEED={s:?} is not a number")),
+            _ => (nodectl::util::jitter() * 4_294_967_296.0) as u64,
+        };
+        eprintln!("crash campaign: seed {seed}, stream {stream} (NODECTL_TEST_SEED={seed} draws the same kill instants)");
+        Draws(seed ^ stream.wrapping_mul(0xD6E8_FEB8_6659_FD93))
+    }
+
+    /// A fraction in [0, 1).
+    pub fn fraction(&mut self) -> f64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        (z >> 11) as f64 / (1u64 << 53) as f64
+    }
+}

@@ -19,6 +19,9 @@
 . /test/crashlib.sh
 export NO_COLOR=1
 TRIALS=${CRASH_TRIALS:-16}
+# Every draw (cut-at's) from the test command's seed and the trial's number (SEED=N reruns them).
+SEED=${NODECTL_TEST_SEED:-$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}
+echo "  | seed $SEED (tests/run-tests.sh with SEED=$SEED draws the same kill instants)"
 # A trial takes ~10 s; in some boots, after the other suites, ~45 s (not explained yet: each
 # trial prints its time). No new trial starts once the budget is spent and MIN_TRIALS ran, so
 # the VM tier stays within CI's hour; the tally says how many ran.
@@ -65,7 +68,7 @@ for i in $(seq "$TRIALS"); do
   systemctl start nodectld.service
   waiting_for_secrets || fail "trial $i: nodectld waits for the bundle, the directories made ahead of it made"
   if [ $((i % 4)) = 0 ]; then kind=time when=$window; by_time=$((by_time + 1)); else kind=temp when=temp:$ntemps; by_temp=$((by_temp + 1)); fi
-  cut=$(/test/cut-at /root/crash-bundle $INBOX "$when" kill "$(systemctl show -p MainPID --value nodectld.service)" $WATCH)
+  cut=$(CUT_AT_SEED=$((SEED * 1000 + i)) /test/cut-at /root/crash-bundle $INBOX "$when" kill "$(systemctl show -p MainPID --value nodectld.service)" $WATCH)
   sleep 0.2
   # X1: what is visible now, compared line by line with the reference (same path).
   snapshot >/root/crash-now

@@ -1,5 +1,5 @@
 #!/bin/bash
-# powercut.sh [CUTS]: tier 3's power-cut campaign (issue 39), in a VM session of its own that
+# powercut.sh [CUTS [SEED]]: tier 3's power-cut campaign (issue 39), in a VM session of its own that
 # reboots (run-in-vm.sh with VM_REBOOT=1; the disk's overlay lives as long as QEMU, so what the
 # guest wrote to its disk survives each reboot, and what was only in its page cache does not).
 # SELinux enforcing with MCS; nodectld is the release build, as shipped. Every boot runs this
@@ -30,6 +30,9 @@
 . /test/crashlib.sh
 export NO_COLOR=1
 CUTS=${1:-4}
+# Every draw (cut-at's) from SEED and the cut's number: SEED=N tests/run-tests.sh draws the same.
+SEED=${2:-$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}
+echo "  | seed $SEED (tests/run-tests.sh with SEED=$SEED draws the same cut instants)"
 S=/test/powercut
 mkdir -p "$S"
 # Every boot's output is appended to one log on the share; the last boot prints it whole (the
@@ -107,7 +110,7 @@ arm() {
   echo "  | cutting at $window (ms from the pass's first temp file, or temp:N: after the K-th of N)"
   # (its line straight into the share's file, which it fsyncs before the cut: through a pipe
   # and tee it was lost to the reboot in one cut of four)
-  /test/cut-at "$S/$new" $INBOX "$window" sysrq $WATCH >"$S/cut-$i"
+  CUT_AT_SEED=$((SEED * 1000 + i)) /test/cut-at "$S/$new" $INBOX "$window" sysrq $WATCH >"$S/cut-$i"
   cat "$S/cut-$i"
   fail "cut $i: the power cut did not come"
   summary powercut

@@ -19,8 +19,8 @@
 //!   `kill PID`  SIGKILL to PID (nodectld's main process)
 //!   `sysrq`     `b` to /proc/sysrq-trigger: an immediate reboot, no sync (a power cut to what
 //!               was only in the page cache)
-//! Prints `started_ms=` (rename to first temp), `delay_ms=` (first temp to the action) and, with
-//! `temp:N`, `at_temp=K`, flushed and fsynced: after a kill (the share's fsync would delay it),
+//! Prints `started_ms=` (rename to first temp), `delay_ms=` (first temp to the action), `seed=`
+//! (the draw's: `CUT_AT_SEED` draws it again) and, with `temp:N`, `at_temp=K`, flushed and fsynced: after a kill (the share's fsync would delay it),
 //! before a power cut (which loses nothing the host's share was sent). Exits 3 when placing never
 //! starts within 30 s (or the K-th temp never comes).
 
@@ -94,12 +94,25 @@ impl Watch {
     }
 }
 
-fn fraction() -> f64 {
-    let mut b = [0u8; 8];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut b))
-        .expect("/dev/urandom");
-    (u64::from_le_bytes(b) >> 11) as f64 / (1u64 << 53) as f64
+/// The draw (a fraction in [0, 1)): SplitMix64 of `CUT_AT_SEED` when it is set (the campaigns
+/// set it from the test command's seed and the trial's number, so `SEED=N` draws the same
+/// instants again), else from /dev/urandom; and the seed, printed as `seed=`.
+fn fraction() -> (f64, u64) {
+    let seed = match std::env::var("CUT_AT_SEED") {
+        Ok(s) => s.trim().parse::<u64>().expect("CUT_AT_SEED: a number"),
+        Err(_) => {
+            let mut b = [0u8; 8];
+            std::fs::File::open("/dev/urandom")
+                .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut b))
+                .expect("/dev/urandom");
+            u64::from_le_bytes(b)
+        }
+    };
+    let mut z = seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^= z >> 31;
+    ((z >> 11) as f64 / (1u64 << 53) as f64, seed)
 }
 
 fn deliver(bundle: &Path, inbox: &Path) -> std::io::Result<()> {
@@ -245,13 +258,15 @@ fn main() {
     }
     let at = match when {
         When::Within(window) => {
-            let delay = Duration::from_secs_f64(fraction() * window / 1e3);
+            let (f, seed) = fraction();
+            let delay = Duration::from_secs_f64(f * window / 1e3);
             std::thread::sleep((t1 + delay).saturating_duration_since(Instant::now()));
-            String::new()
+            format!(" seed={seed}")
         }
         When::Temp(n) => {
             // K in 1..=n; the batch that held the first may have held more
-            let k = 1 + ((fraction() * n as f64) as u64).min(n - 1);
+            let (f, seed) = fraction();
+            let k = 1 + ((f * n as f64) as u64).min(n - 1);
             if temps < k {
                 let mut nth = |d: &Path, n: &str, m: AddWatchFlags| {
                     temps += hidden(d, n, m) as u64;
@@ -262,7 +277,7 @@ fn main() {
                     std::process::exit(3);
                 }
             }
-            format!(" at_temp={k} temps_seen={temps}")
+            format!(" at_temp={k} temps_seen={temps} seed={seed}")
         }
     };
     let said = format!("{started} delay_ms={:.1}{at}", ms(Instant::now()));
