@@ -22,16 +22,20 @@ case ${1:-} in
   "") ;;
   *) echo "usage: $0 [--full | --bench]" >&2; exit 2 ;;
 esac
+[ $# -le 1 ] || { echo "usage: $0 [--full | --bench] (one of them)" >&2; exit 2; }
 # Every random choice of the run comes from SEED (printed here and in the summary; SEED=N
 # draws the same again): the crash campaigns' kill instants (tier 1, nspawn, the VM's cut-at
 # kills and power cuts) and proptest's cases.
 SEED=${SEED:-$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}
-[[ $SEED =~ ^[0-9]+$ ]] || { echo "SEED must be a number, not '$SEED'" >&2; exit 2; }
+# (decimal, at most 10 digits: the guests' shell arithmetic and the tests' u64 read it alike)
+[[ $SEED =~ ^[0-9]{1,10}$ ]] || { echo "SEED must be a number of at most 10 digits, not '$SEED'" >&2; exit 2; }
+SEED=$((10#$SEED))
 export NODECTL_TEST_SEED=$SEED PROPTEST_RNG_SEED=$SEED
 echo "SEED=$SEED (SEED=$SEED $0 $* draws the same)"
 if [ "$FULL" = 1 ]; then
   export PROPTEST_CASES=${PROPTEST_CASES:-4096} POWERCUT_CUTS=${POWERCUT_CUTS:-30}
-  CRASH_TRIALS=${CRASH_TRIALS:-48}
+  # (every one of the 48: no time budget cutting the sample short; ~45 s a kill)
+  CRASH_TRIALS=${CRASH_TRIALS:-48} CRASH_BUDGET=${CRASH_BUDGET:-100000}
 fi
 TIERS=${TIERS:-1 2 3}
 results=()
@@ -50,15 +54,24 @@ fi
 if [ -z "${NODECTL_RUN_LOCKED:-}" ]; then
   lock=${NODECTL_TEST_LOCK:-/run/lock/nodectl-tests.lock}
   mkdir -p "$(dirname "$lock")"
+  command -v pgrep >/dev/null || { echo "run-tests.sh: pgrep missing (Debian's procps)" >&2; exit 2; }
+  # (fd 9 is closed for what the run starts: `bg` below; a leftover could otherwise hold it)
   exec 9>>"$lock"
   if ! flock -n 9; then
-    echo "run-tests.sh: another test run holds $lock (pid $(cat "$lock.pid" 2>/dev/null || echo unknown)): one run at a time" >&2
+    holder=$(cat "$lock.pid" 2>/dev/null)
+    echo "run-tests.sh: another test run holds $lock (pid ${holder:-unknown}): one run at a time" >&2
+    if [ -n "$holder" ] && ! kill -0 "$holder" 2>/dev/null; then
+      echo "run-tests.sh: that run is gone; what still holds the lock or may be left of it:" >&2
+      { pgrep -a '^qemu-system'; pgrep -a '^systemd-nspawn'; } >&2 # (zombies too: it is a report)
+    fi
     exit 2
   fi
   echo $$ >"$lock.pid"
   # A VM or container still up (an earlier run killed with SIGKILL, or started by hand) would
   # take both cores from this run and skew every figure in it: reported, and nothing runs.
-  left=$(pgrep -a '^qemu-system'; pgrep -a '^systemd-nspawn')
+  # (a zombie, dead and not yet reaped, uses nothing: not counted)
+  living() { pgrep -a "$1" | while read -r p rest; do [ "$(awk '{print $3}' "/proc/$p/stat" 2>/dev/null)" = Z ] || echo "$p $rest"; done; }
+  left=$(living '^qemu-system'; living '^systemd-nspawn')
   if [ -n "$left" ]; then
     printf 'run-tests.sh: a VM or container is still running; stop it first (kill PID):\n%s\n' "$left" >&2
     exit 2
@@ -87,7 +100,7 @@ trap 'interrupted TERM 143' TERM
 trap 'interrupted HUP 129' HUP
 # bg CMD...: CMD in the background, waited for (a trapped signal interrupts `wait` at once; a
 # command in the foreground would hold the trap back until it ended).
-bg() { "$@" & wait $!; }
+bg() { "$@" 9>&- & wait $!; }
 hdr "host setup"
 tests/vm/setup-host.sh || exit 1
 
@@ -195,7 +208,8 @@ if [[ " $TIERS " == *" 3 "* ]]; then
   # run-in-vm.sh (VM-BOOT-RETRY lines); the summary counts the retries.
   # The benchmark's smoke (BENCH_MODE=quick): it runs, its table parses, nodectld read no file
   # late; its figures are printed, never judged (tests/bench/run.sh measures them in full).
-  VM_TIMEOUT=2700 bg tests/vm/run-in-vm.sh tests/vm/suites/all.sh "$stage"/* -- NODECTL_TEST_SEED="$SEED" CRASH_TRIALS="${CRASH_TRIALS:-16}" node.sh secrets.sh kubelet.sh controller.sh typhoon.sh sysext.sh crash.sh BENCH_MODE=quick bench.sh \
+  VM_TIMEOUT=$((2700 + 45 * ${CRASH_TRIALS:-16})) bg tests/vm/run-in-vm.sh tests/vm/suites/all.sh "$stage"/* -- NODECTL_TEST_SEED="$SEED" \
+    CRASH_TRIALS="${CRASH_TRIALS:-16}" CRASH_BUDGET="${CRASH_BUDGET:-600}" node.sh secrets.sh kubelet.sh controller.sh typhoon.sh sysext.sh crash.sh BENCH_MODE=quick bench.sh \
     2> >(tee "$stage/vm.stderr" >&2)
   record 3 $?
   echo "(tier 3 suites took $((SECONDS - start)) s)"

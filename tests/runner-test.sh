@@ -7,7 +7,8 @@
 # it): cargo hashes a workspace's crates by their paths inside it, so a shared target directory
 # would take the copy's test binaries, CARGO_MANIFEST_DIR the copy's, for the checkout's own
 # (seen: audit_fixture then read its fixtures from the removed copy). Run by run-tests.sh
-# before tier 1; with the checkout's dependencies linked in, it builds the workspace's crates.
+# after tier 1; with the checkout's dependencies linked in (below), it builds only the
+# workspace's crates.
 # Also the VM tier's SELinux gate (tests/vm/avc-gate.sh, run by run-in-vm.sh on each boot's
 # denials): a planted denial that the expected list does not name fails it.
 set -uo pipefail
@@ -53,14 +54,25 @@ planted=agent/tests/planted_compile_error.rs
 printf '// planted by tests/runner-test.sh: must not compile\n#[test]\nfn planted() {\n    let _n: u32 = "not a number";\n}\n' >"$copy/$planted"
 # The checkout's built dependencies, hard-linked into the copy's target directory (the same
 # filesystem; a plain build of them took ~4 min): cargo reuses a dependency whose fingerprint
-# matches without writing it, and builds the copy's own crates anew under other hashes (their
-# paths differ), so nothing the checkout's target holds is written through a link.
+# matches without writing it. The workspace's own crates and targets (cargo hashes them by
+# their paths inside the workspace: the copy's would have the same names) are unlinked from
+# the copy first, so the copy builds them into files of its own and writes nothing through a
+# link into the checkout's target (nor does cargo's lock file link the two builds).
 src_target=${CARGO_TARGET_DIR:-target}
 if [ -d "$src_target/debug" ]; then
-  # (cargo's lock file not shared: each build locks its own)
-  { mkdir -p "$copy/target" && cp -al "$src_target/debug" "$copy/target/debug" 2>/dev/null &&
-    rm -f "$copy/target/debug/.cargo-lock"; } ||
-    { rm -rf "$copy/target"; echo "runner-test: the built dependencies could not be linked in; building them"; }
+  own=$(cargo metadata --no-deps --offline --format-version 1 2>/dev/null | jq -r '.packages[] | .name, (.targets[].name)' | sort -u)
+  if [ -n "$own" ] && mkdir -p "$copy/target" && cp -al "$src_target/debug" "$copy/target/debug" 2>/dev/null; then
+    d=$copy/target/debug
+    rm -f "$d/.cargo-lock"
+    for n in $own; do
+      for v in "$n" "${n//-/_}"; do
+        rm -rf "$d/.fingerprint/$v"-* "$d/build/$v"-* "$d/deps/$v"-* "$d/deps/lib$v"-* "$d/deps/lib$v".* \
+          "$d/incremental/$v"-* "$d/$v" "$d/$v".d "$d/lib$v".*
+      done
+    done
+  else
+    rm -rf "$copy/target"; echo "runner-test: the built dependencies could not be linked in; building them"
+  fi
 fi
 out=$(CARGO_TARGET_DIR="$copy/target" NODECTL_RUNNER_TEST=1 TIERS=1 "$copy/tests/run-tests.sh" 2>&1)
 rc=$?

@@ -6,7 +6,8 @@
 #  3. One run at a time (issue 50): run-tests.sh refuses to start while another run holds the
 #     lock, or while a VM or container is up (a process named as QEMU stands in for one), exit 2.
 #  4. Nothing left behind: run-tests.sh interrupted while its VM runs, by ^C (INT to its process
-#     group) or by TERM to it alone, and run-in-nspawn.sh by TERM, leave no QEMU and no nspawn.
+#     group) or by TERM to it alone (each trapped: its exit status and message checked),
+#     run-in-vm.sh killed with SIGKILL, and run-in-nspawn.sh by TERM, leave no QEMU and no nspawn.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 . tests/lib/check.sh
@@ -35,35 +36,37 @@ expect "a suite that fails returns its own status" "$rc" 3
 expect "and is not retried" "$(grep -c '^VM-BOOT-RETRY' "$log")" 0
 
 # 3. The lock and the start-up check, on a lock of the test's own (the run this test is part of
-# holds the real one).
+# holds the real one). TIERS=none: a run that failed to refuse would do nothing much.
 lk=$log.d/lock
-out=$(flock -n "$lk" env -u NODECTL_RUN_LOCKED NODECTL_TEST_LOCK="$lk" tests/run-tests.sh 2>&1)
+out=$(flock -n "$lk" env -u NODECTL_RUN_LOCKED NODECTL_TEST_LOCK="$lk" TIERS=none tests/run-tests.sh 2>&1)
 rc=$?
 expect "a run started while another holds the lock refuses (exit 2)" "$rc" 2
 check "it says another run holds the lock" grep -q 'another test run holds' <<<"$out"
 cp /bin/sleep "$log.d/qemu-system-x86_64"
 "$log.d/qemu-system-x86_64" 120 &
 fake=$!
-out=$(env -u NODECTL_RUN_LOCKED NODECTL_TEST_LOCK="$lk" tests/run-tests.sh 2>&1)
+for _ in $(seq 50); do [ "$(cat /proc/$fake/comm 2>/dev/null)" = qemu-system-x86 ] && break; sleep 0.1; done
+out=$(env -u NODECTL_RUN_LOCKED NODECTL_TEST_LOCK="$lk" TIERS=none tests/run-tests.sh 2>&1)
 rc=$?
 kill "$fake" 2>/dev/null; wait "$fake" 2>/dev/null
 expect "a run started while a VM is up refuses (exit 2)" "$rc" 2
 check "it names the VM's process" grep -q "^$fake .*qemu-system-x86_64" <<<"$out"
 
-# 4. Interrupted runs. qemu_under PID: the QEMU processes under PID (any depth).
-under() { # under PID NAME-REGEX
+# 4. Interrupted runs. under PID NAME-REGEX: the NAME processes under PID (any depth).
+under() {
   local c
   for c in $(pgrep -P "$1"); do
     grep -qE "$2" "/proc/$c/comm" 2>/dev/null && echo "$c"
     under "$c" "$2"
   done
 }
-# interrupt HOW NAME CMD...: CMD in a session of its own; once a NAME process runs under it, the
-# signal (HOW: INT to the group as ^C sends it, or TERM to CMD alone); then CMD must end within
-# 30 s and no NAME process be left anywhere.
+# interrupt HOW NAME RC SAYS CMD...: CMD in a session of its own; once a NAME process runs under
+# it, the signal (HOW: INT to the group as ^C sends it; TERM or KILL to CMD alone); then CMD
+# must end within 30 s with status RC, having said SAYS (a regex; "" for none), and no NAME
+# process be left anywhere.
 interrupt() {
-  local how=$1 name=$2 pid i found= ended=
-  shift 2
+  local how=$1 name=$2 want=$3 says=$4 pid i found= ended= rc
+  shift 4
   # (perl: a command started with & by a script ignores INT, which it could not trap then;
   # a run started at a terminal does not)
   setsid perl -e '$SIG{INT} = "DEFAULT"; exec @ARGV or die "exec: $!"' "$@" >"$log.d/out" 2>&1 &
@@ -76,18 +79,24 @@ interrupt() {
   expect "$how: $1 started its $name" "${found:-no}" 1
   case $how in
     INT) kill -INT -- "-$pid" ;;
-    TERM) kill -TERM "$pid" ;;
+    *) kill "-$how" "$pid" ;;
   esac
   for i in $(seq 150); do kill -0 "$pid" 2>/dev/null || { ended=1; break; }; sleep 0.2; done
   expect "$how: $1 ended within 30 s" "${ended:-no}" 1
-  wait "$pid" 2>/dev/null
+  wait "$pid" 2>/dev/null; rc=$?
+  expect "$how: $1 exited $want" "$rc" "$want"
+  [ -z "$says" ] || check "$how: $1 said so" grep -qE "$says" "$log.d/out"
   sleep 1
-  expect "$how: no $name left behind" "$(pgrep -a "$name")" ""
-  [ -z "$ended" ] && { kill -KILL -- "-$pid" 2>/dev/null; pkill -KILL "$name"; }
+  # (a zombie is dead, only not yet reaped by PID 1, which is slow to here: not left behind)
+  expect "$how: no $name left behind" "$(pgrep -a "$name" | while read -r p rest; do
+    [ "$(awk '{print $3}' "/proc/$p/stat" 2>/dev/null)" = Z ] || echo "$p $rest"; done)" ""
+  [ -z "$ended" ] && kill -KILL -- "-$pid" 2>/dev/null
   [ -n "$found" ] && [ -n "$ended" ] || sed 's/^/  | /' "$log.d/out" | tail -20
 }
-interrupt INT '^qemu-system' env TIERS=probe NODECTL_RUN_LOCKED=harness tests/run-tests.sh
-interrupt TERM '^qemu-system' env TIERS=probe NODECTL_RUN_LOCKED=harness tests/run-tests.sh
+interrupt INT '^qemu-system' 130 'interrupted \(INT\)' env TIERS=probe NODECTL_RUN_LOCKED=harness tests/run-tests.sh
+interrupt TERM '^qemu-system' 143 'interrupted \(TERM\)' env TIERS=probe NODECTL_RUN_LOCKED=harness tests/run-tests.sh
 printf 'sleep 600\n' >"$log.d/sleep.sh"
-interrupt TERM '^systemd-nspawn' tests/vm/run-in-nspawn.sh "$log.d/sleep.sh"
+# SIGKILL cannot be trapped: QEMU goes with its runner by its parent-death signal
+interrupt KILL '^qemu-system' 137 '' tests/vm/run-in-vm.sh "$log.d/sleep.sh"
+interrupt TERM '^systemd-nspawn' 143 '' tests/vm/run-in-nspawn.sh "$log.d/sleep.sh"
 summary "harness"

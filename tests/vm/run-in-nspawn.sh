@@ -24,7 +24,8 @@ for f in "$@"; do cp -a "$f" "$share/"; done
 set +e
 # The host has no systemd: --register=no --keep-unit. --private-network: links stay inside.
 # "nodectl.test=1" after --boot reaches PID 1 as if on the kernel command line.
-systemd-nspawn -q -D "$R" --volatile=overlay --register=no --keep-unit \
+# (setpriv --pdeathsig: nspawn is killed with this script even when it is killed with SIGKILL)
+setpriv --pdeathsig KILL systemd-nspawn -q -D "$R" --volatile=overlay --register=no --keep-unit \
   --private-network --bind="$share:/test" --machine=nodectl-test --console=pipe \
   --boot -- nodectl.test=1 >"$work/console.log" 2>&1 </dev/null &
 child=$!

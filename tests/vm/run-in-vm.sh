@@ -53,7 +53,8 @@ boot() {
   # One NIC on an isolated QEMU hub with no host backend: no traffic leaves the VM.
   local reboot=-no-reboot
   [ "${VM_REBOOT:-0}" = 1 ] && reboot=""
-  qemu-system-x86_64 -accel "${VM_ACCEL:-tcg,thread=multi,tb-size=512}" -cpu max -machine q35 \
+  # (setpriv --pdeathsig: QEMU dies with this script even when it is killed with SIGKILL)
+  setpriv --pdeathsig KILL qemu-system-x86_64 -accel "${VM_ACCEL:-tcg,thread=multi,tb-size=512}" -cpu max -machine q35 \
     -m "${VM_MEM:-2048}" -smp "${VM_CPUS:-2}" -display none -monitor none $reboot \
     -kernel "$VM_CACHE/vmlinuz" -initrd "$VM_CACHE/initrd.img" -append "$append" \
     -drive "file=$VM_CACHE/disk.raw,format=raw,if=virtio,snapshot=on,cache=unsafe" \

@@ -14,7 +14,7 @@ if dpkg-query -W -f='${Version}' qemu-utils 2>/dev/null | grep -q bpo; then
 fi
 need=(libselinux1-dev clang libclang-dev pkg-config dbus systemd-container debootstrap e2fsprogs binutils
       squashfs-tools erofs-utils ignition containerd protobuf-compiler
-      policycoreutils selinux-utils setools attr busybox-static bc jq gpg gpg-agent
+      policycoreutils selinux-utils setools attr busybox-static bc jq gpg gpg-agent procps
       prometheus prometheus-node-exporter)
 installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'; }
 missing=()
