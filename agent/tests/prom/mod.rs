@@ -11,24 +11,22 @@ use std::time::{Duration, Instant};
 
 /// `promtool check metrics` on the file: its exit status and what it said.
 pub fn promtool_check(file: &Path) -> (bool, String) {
-    let out = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(std::fs::File::open(file).unwrap())
-        .output()
-        .expect("promtool (Debian package prometheus; tests/vm/setup-host.sh installs it)");
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.success(), said)
+    let mut c = Command::new("promtool");
+    c.args(["check", "metrics"])
+        .stdin(std::fs::File::open(file).unwrap());
+    promtool(c)
 }
 
 /// `promtool check rules` on the rules file: its exit status and what it said.
 pub fn promtool_check_rules(file: &Path) -> (bool, String) {
-    let out = Command::new("promtool")
-        .args(["check", "rules"])
-        .arg(file)
+    let mut c = Command::new("promtool");
+    c.args(["check", "rules"]).arg(file);
+    promtool(c)
+}
+
+/// Runs a promtool command: its exit status and what it said (stdout, then stderr).
+fn promtool(mut c: Command) -> (bool, String) {
+    let out = c
         .output()
         .expect("promtool (Debian package prometheus; tests/vm/setup-host.sh installs it)");
     let said = format!(
