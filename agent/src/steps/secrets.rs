@@ -473,6 +473,17 @@ mod tests {
         Settings::from_toml("[node]\nrole = \"controller\"\n", &host, "c1")
     }
 
+    /// A one-record bundle (the kubeconfig, `content`) written aside in `inbox`, dated back
+    /// (a bundle modified within the last second still settles) and renamed in as `assets`.
+    fn drop_bundle(inbox: &Path, content: &str) {
+        let aside = inbox.join(".assets");
+        std::fs::write(&aside, format!("##### kubelet/kubeconfig\n{content}\n")).unwrap();
+        let old = std::time::SystemTime::now() - std::time::Duration::from_secs(10);
+        let f = std::fs::File::options().write(true).open(&aside).unwrap();
+        f.set_modified(old).unwrap();
+        std::fs::rename(&aside, inbox.join("assets")).unwrap();
+    }
+
     #[test]
     fn typhoons_records_all_have_a_place_and_only_the_private_ones_are_looked_up_ahead() {
         let s = controller();
@@ -634,14 +645,7 @@ mod tests {
         let inbox = d.path().join("var/lib/nodectl/inbox");
         std::fs::create_dir_all(&inbox).unwrap();
         let bundle = cx.settings.secrets_inbox.join("assets");
-        let drop_in = |content: &str| {
-            let aside = inbox.join(".assets");
-            std::fs::write(&aside, format!("##### kubelet/kubeconfig\n{content}\n")).unwrap();
-            let old = std::time::SystemTime::now() - std::time::Duration::from_secs(10);
-            let f = std::fs::File::options().write(true).open(&aside).unwrap();
-            f.set_modified(old).unwrap();
-            std::fs::rename(&aside, inbox.join("assets")).unwrap();
-        };
+        let drop_in = |content: &str| drop_bundle(&inbox, content);
         // none in the inbox: nothing started
         s.start_ahead(&cx);
         assert!(s.reading.lock().unwrap().is_none());
@@ -677,16 +681,7 @@ mod tests {
         let s = Secrets::default();
         let inbox = d.path().join("var/lib/nodectl/inbox");
         std::fs::create_dir_all(&inbox).unwrap();
-        let aside = inbox.join(".assets");
-        std::fs::write(&aside, "##### kubelet/kubeconfig\nsecret-bytes\n").unwrap();
-        let old = std::time::SystemTime::now() - std::time::Duration::from_secs(10);
-        std::fs::File::options()
-            .write(true)
-            .open(&aside)
-            .unwrap()
-            .set_modified(old)
-            .unwrap();
-        std::fs::rename(&aside, inbox.join("assets")).unwrap();
+        drop_bundle(&inbox, "secret-bytes");
         let whats = |o: Observation| match o {
             Observation::Changes(c) => c.into_iter().map(|c| c.what).collect::<Vec<_>>(),
             other => panic!("changes expected, got {other:?}"),
@@ -732,18 +727,7 @@ mod tests {
         let kubeconfig = d.path().join("etc/kubernetes/kubeconfig");
         // written aside, dated back (a bundle modified within the last second still settles),
         // renamed in
-        let drop_in = |content: &str| {
-            let aside = inbox.join(".assets");
-            std::fs::write(&aside, format!("##### kubelet/kubeconfig\n{content}\n")).unwrap();
-            let old = std::time::SystemTime::now() - std::time::Duration::from_secs(10);
-            std::fs::File::options()
-                .write(true)
-                .open(&aside)
-                .unwrap()
-                .set_modified(old)
-                .unwrap();
-            std::fs::rename(&aside, inbox.join("assets")).unwrap();
-        };
+        let drop_in = |content: &str| drop_bundle(&inbox, content);
         drop_in("first");
         assert!(matches!(
             s.observe(&cx).await.unwrap(),
