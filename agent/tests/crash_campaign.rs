@@ -71,6 +71,13 @@ const MIN_TRIALS: usize = 500;
 /// The daemon's campaign: every crash point of a fresh controller's pass, its first hits each
 /// and every fourth after.
 const MIN_DAEMON_TRIALS: usize = 60;
+/// Sampled ([`Extent::Sample`]): `nodectl apply`'s campaign (~75 trials: three hits of each
+/// point of two scenarios, 20 random kills) and the daemon's (~40).
+const MIN_SAMPLED_TRIALS: usize = 50;
+const MIN_SAMPLED_DAEMON_TRIALS: usize = 25;
+/// Where a reference pass on the host tallies the crash points it reaches
+/// (NODECTL_CRASH_TALLY; /run: nodectld.service, PrivateTmp=yes, writes there).
+const HOST_TALLY: &str = "/run/nodectl-crash-tally";
 
 /// Where the trials run.
 trait Bed: Send {
@@ -85,7 +92,16 @@ trait Bed: Send {
     /// One pass over the node with crash points armed (FAILPOINTS syntax): `nodectl apply`
     /// here; nodectld.service on the daemon bed. Err when it died or failed (its output).
     fn pass(&self, root: &Path, failpoints: Option<&str>) -> Result<(), String> {
-        apply_pass(root, failpoints)
+        apply_pass(root, failpoints, None)
+    }
+    /// A pass not killed that appends the name of every crash point it reaches to `tally`
+    /// (NODECTL_CRASH_TALLY).
+    fn tallied_pass(&self, root: &Path, tally: &Path) -> Result<(), String> {
+        apply_pass(root, None, Some(tally))
+    }
+    /// The file [`Bed::tallied_pass`] appends to.
+    fn tally(&self) -> PathBuf {
+        std::env::temp_dir().join(format!("nodectl-crash-tally.{}", std::process::id()))
     }
     /// Whether random SIGKILLs are part of this bed's campaign.
     fn random_kills(&self) -> bool {
@@ -259,8 +275,17 @@ impl Bed for Host {
     }
     fn pass(&self, root: &Path, failpoints: Option<&str>) -> Result<(), String> {
         match self.daemon {
-            false => apply_pass(root, failpoints),
-            true => self.daemon_pass(failpoints),
+            false => apply_pass(root, failpoints, None),
+            true => self.daemon_pass(failpoints, None),
+        }
+    }
+    fn tally(&self) -> PathBuf {
+        PathBuf::from(HOST_TALLY)
+    }
+    fn tallied_pass(&self, root: &Path, tally: &Path) -> Result<(), String> {
+        match self.daemon {
+            false => apply_pass(root, None, Some(tally)),
+            true => self.daemon_pass(None, Some(tally)),
         }
     }
     fn reference_starts(&self) -> u64 {
@@ -376,8 +401,11 @@ impl Host {
 
     /// nodectld.service from its start until the node converged (then stopped) or it died (a
     /// crash point aborts it): Restart=no, no core files; FAILPOINTS in its environment.
-    fn daemon_pass(&self, failpoints: Option<&str>) -> Result<(), String> {
-        let env = failpoints.map_or(String::new(), |f| format!("Environment=FAILPOINTS={f}\n"));
+    fn daemon_pass(&self, failpoints: Option<&str>, tally: Option<&Path>) -> Result<(), String> {
+        let mut env = failpoints.map_or(String::new(), |f| format!("Environment=FAILPOINTS={f}\n"));
+        if let Some(t) = tally {
+            env += &format!("Environment=NODECTL_CRASH_TALLY={}\n", t.display());
+        }
         let dir = Path::new(Host::DROP_IN).parent().unwrap();
         std::fs::create_dir_all(dir).unwrap();
         std::fs::write(
@@ -428,8 +456,8 @@ fn nodectl() -> Command {
 }
 
 /// A `nodectl apply` pass: Err with its exit status and output when it failed or died.
-fn apply_pass(root: &Path, failpoints: Option<&str>) -> Result<(), String> {
-    let out = apply(root, failpoints);
+fn apply_pass(root: &Path, failpoints: Option<&str>, tally: Option<&Path>) -> Result<(), String> {
+    let out = apply(root, failpoints, tally);
     match out.status.success() {
         true => Ok(()),
         false => Err(format!(
@@ -440,12 +468,16 @@ fn apply_pass(root: &Path, failpoints: Option<&str>) -> Result<(), String> {
     }
 }
 
-fn apply(root: &Path, failpoints: Option<&str>) -> std::process::Output {
+fn apply(root: &Path, failpoints: Option<&str>, tally: Option<&Path>) -> std::process::Output {
     let mut c = nodectl();
     c.arg("--root").arg(root).arg("apply");
     match failpoints {
         Some(f) => c.env("FAILPOINTS", f),
         None => c.env_remove("FAILPOINTS"),
+    };
+    match tally {
+        Some(t) => c.env("NODECTL_CRASH_TALLY", t),
+        None => c.env_remove("NODECTL_CRASH_TALLY"),
     };
     c.output().unwrap()
 }
@@ -459,6 +491,9 @@ struct Reference {
     want: Tree,
     starts: u64,
     pass: Duration,
+    /// How often the pass reached each crash point (its NODECTL_CRASH_TALLY), in [`POINTS`]'s
+    /// order.
+    hits: Vec<(&'static str, usize)>,
 }
 
 fn compared_tree(bed: &dyn Bed, root: &Path) -> Tree {
@@ -552,9 +587,17 @@ fn reference(bed: &mut dyn Bed, s: Scenario) -> Reference {
     });
     let (root, before) = prepare(bed, s);
     let old = compared_tree(bed, &root);
+    let tally = bed.tally();
+    let _ = std::fs::remove_file(&tally);
     let start = Instant::now();
-    bed.pass(&root, None).unwrap();
+    bed.tallied_pass(&root, &tally).unwrap();
     let pass = start.elapsed();
+    let reached = std::fs::read_to_string(&tally).unwrap_or_default();
+    let _ = std::fs::remove_file(&tally);
+    let hits = POINTS
+        .iter()
+        .map(|p| (*p, reached.lines().filter(|l| l == p).count()))
+        .collect();
     let want = compared_tree(bed, &root);
     assert!(
         want.contains_key(Path::new("etc/kubernetes/pki/ca.key")),
@@ -575,39 +618,106 @@ fn reference(bed: &mut dyn Bed, s: Scenario) -> Reference {
         want,
         starts,
         pass,
+        hits,
     }
 }
 
-/// Every hit of every crash point, then SIGKILLs at random instants up to `random` trials.
-/// Returns how often each point was hit in a pass.
+/// How much of a campaign runs (CRASH_CAMPAIGN): `sample` (the default; the test command's)
+/// or `full` (`tests/run-tests.sh --full`; docs/testing.md's figures).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Extent {
+    /// Every crash point at its first and last hit in the pass and at one hit between drawn
+    /// from the seed; a few SIGKILLs at random instants.
+    Sample,
+    /// Every hit of every crash point (the bed's stride), then SIGKILLs at random instants.
+    Full,
+}
+
+impl Extent {
+    fn from_env() -> Extent {
+        match std::env::var("CRASH_CAMPAIGN").as_deref() {
+            Ok("full") => Extent::Full,
+            Ok("sample") | Ok("") | Err(_) => Extent::Sample,
+            Ok(other) => panic!("CRASH_CAMPAIGN={other:?}: sample or full"),
+        }
+    }
+    fn pick<T>(self, sample: T, full: T) -> T {
+        match self {
+            Extent::Sample => sample,
+            Extent::Full => full,
+        }
+    }
+}
+
+/// The hits (0-based) at which a sampled campaign kills a point the pass reached `n` times:
+/// the first, the last and one between them drawn from `draws`.
+fn sampled_hits(n: usize, draws: &mut crash::Draws) -> Vec<usize> {
+    if n == 0 {
+        return vec![];
+    }
+    let mut ks = vec![0];
+    if n > 2 {
+        ks.push(1 + (draws.fraction() * (n - 2) as f64) as usize);
+    }
+    if n > 1 {
+        ks.push(n - 1);
+    }
+    ks
+}
+
+/// Each crash point killed at its hits ([`Extent`]), then SIGKILLs at random instants, as many
+/// as `random` says given the trials so far. Returns how often each point was hit in the
+/// reference pass.
 fn scenario(
     bed: &mut dyn Bed,
     s: Scenario,
     t: &mut Tally,
+    extent: Extent,
     random: impl Fn(usize) -> usize,
 ) -> Vec<(&'static str, usize)> {
     let r = reference(bed, s);
     let first = t.trials;
-    let mut hits = Vec::new();
-    for point in POINTS {
-        let mut k = 0;
-        loop {
+    let mut draws = crash::Draws::from_env(s as u64);
+    let mut ended_early = 0;
+    for &(point, n) in &r.hits {
+        let kill_at = |bed: &mut dyn Bed, k: usize, t: &mut Tally| -> bool {
             let (root, before) = prepare(bed, s);
             if bed
                 .pass(&root, Some(&format!("{point}={k}*off->return")))
                 .is_ok()
             {
-                hits.push((*point, k));
-                break; // the pass ended before hit k+1: this point is done
+                return false; // the pass ended before hit k+1
             }
             let name = format!("{s:?}: {point} hit {}", k + 1);
             trial(bed, (&root, before), &r, t, &name);
-            k += bed.stride(k);
+            true
+        };
+        match extent {
+            Extent::Full => {
+                let mut k = 0;
+                while kill_at(bed, k, t) {
+                    k += bed.stride(k);
+                }
+            }
+            Extent::Sample => {
+                for k in sampled_hits(n, &mut draws) {
+                    if !kill_at(bed, k, t) {
+                        // (this pass reached the point less often than the reference's)
+                        eprintln!("{s:?}: {point}: the pass ended before hit {}", k + 1);
+                        ended_early += 1;
+                    }
+                }
+            }
         }
     }
-    let list: Vec<String> = hits.iter().map(|(p, k)| format!("{p} {k}")).collect();
+    let list: Vec<String> = r.hits.iter().map(|(p, k)| format!("{p} {k}")).collect();
     eprintln!("{s:?}: hits per crash point in a pass: {}", list.join(", "));
     let deterministic = t.trials - first;
+    // (a pass may reach a point a time less than the reference's did; most sampled hits land)
+    assert!(
+        ended_early * 4 <= deterministic,
+        "{s:?}: {ended_early} sampled hits were not reached, {deterministic} were: the passes differ from the reference's"
+    );
     let random = if bed.random_kills() {
         random(t.trials)
     } else {
@@ -616,7 +726,6 @@ fn scenario(
     // Drawn inside the reference pass; a kill that finds the process already exited (its pass
     // ran faster than the reference's) is not a trial and is drawn again.
     let (mut landed, mut late) = (0, 0);
-    let mut draws = crash::Draws::from_env(s as u64);
     while landed < random {
         let (root, before) = prepare(bed, s);
         let at = Duration::from_micros((draws.fraction() * r.pass.as_micros() as f64) as u64);
@@ -648,22 +757,28 @@ fn scenario(
         );
     }
     eprintln!(
-        "{s:?}: {deterministic} trials at crash points, {random} at random instants inside the pass ({late} drawn after it had ended, not counted)"
+        "{s:?}: {deterministic} trials at crash points ({extent:?}), {random} at random instants inside the pass ({late} drawn after it had ended, not counted)"
     );
-    hits
+    r.hits
 }
 
-/// Both scenarios: at least [`MIN_TRIALS`] trials in all (CRASH_TRIALS for more), 50 random
-/// kills in the image change and at least 100 in the fresh node's pass.
-fn campaign(bed: &mut dyn Bed) -> Tally {
+/// Both scenarios. Sampled ([`Extent::Sample`]): every point at three hits at most, 10 random
+/// kills each. Full: every hit, 50 random kills in the image change and enough in the fresh
+/// node's pass (at least 100) for [`MIN_TRIALS`] trials in all (CRASH_TRIALS for more).
+fn campaign(bed: &mut dyn Bed, extent: Extent) -> Tally {
     let mut t = Tally::default();
-    let mut hits = scenario(bed, Scenario::ImageChange, &mut t, |_| 50);
-    // CRASH_TRIALS: a longer campaign (docs/testing.md); CI runs the minimum.
+    if extent == Extent::Sample {
+        let mut hits = scenario(bed, Scenario::ImageChange, &mut t, extent, |_| 10);
+        hits.extend(scenario(bed, Scenario::Fresh, &mut t, extent, |_| 10));
+        every_point_hit(&hits, &format!("{:?}", nodectl().get_program()), NEVER_HIT);
+        return t;
+    }
+    let mut hits = scenario(bed, Scenario::ImageChange, &mut t, extent, |_| 50);
     let trials: usize = std::env::var("CRASH_TRIALS")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(MIN_TRIALS);
-    hits.extend(scenario(bed, Scenario::Fresh, &mut t, |done| {
+    hits.extend(scenario(bed, Scenario::Fresh, &mut t, extent, |done| {
         trials.saturating_sub(done).max(100)
     }));
     every_point_hit(&hits, &format!("{:?}", nodectl().get_program()), NEVER_HIT);
@@ -737,10 +852,11 @@ async fn a_pass_killed_anywhere_leaves_nothing_partial_and_the_next_converges() 
         bundle,
         current: None,
     };
-    let t = tokio::task::spawn_blocking(move || campaign(&mut bed))
+    let extent = Extent::from_env();
+    let t = tokio::task::spawn_blocking(move || campaign(&mut bed, extent))
         .await
         .unwrap();
-    report(&t, MIN_TRIALS);
+    report(&t, extent.pick(MIN_SAMPLED_TRIALS, MIN_TRIALS));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -748,15 +864,16 @@ async fn a_pass_killed_anywhere_leaves_nothing_partial_and_the_next_converges() 
 async fn on_real_systemd_a_pass_killed_anywhere_leaves_nothing_partial_and_the_next_converges() {
     assert_in_crash_container();
     let (_api, bundle) = bundle().await;
+    let extent = Extent::from_env();
     let t = tokio::task::spawn_blocking(move || {
         let mut bed = Host::new(bundle, false);
-        let t = campaign(&mut bed);
+        let t = campaign(&mut bed, extent);
         bed.reset(); // as found: the daemon's campaign may follow in this container
         t
     })
     .await
     .unwrap();
-    report(&t, MIN_TRIALS);
+    report(&t, extent.pick(MIN_SAMPLED_TRIALS, MIN_TRIALS));
 }
 
 /// The daemon's campaign (tier 2): nodectld.service, with crash points, killed at each of them
@@ -768,10 +885,11 @@ async fn on_real_systemd_a_pass_killed_anywhere_leaves_nothing_partial_and_the_n
 async fn on_real_systemd_the_daemon_killed_at_each_crash_point_leaves_nothing_partial() {
     assert_in_crash_container();
     let (_api, bundle) = bundle().await;
+    let extent = Extent::from_env();
     let t = tokio::task::spawn_blocking(move || {
         let mut bed = Host::new(bundle, true);
         let mut t = Tally::default();
-        let hits = scenario(&mut bed, Scenario::Fresh, &mut t, |_| 0);
+        let hits = scenario(&mut bed, Scenario::Fresh, &mut t, extent, |_| 0);
         every_point_hit(&hits, "the daemon", DAEMON_NEVER_HIT);
         bed.reset();
         t
@@ -779,5 +897,8 @@ async fn on_real_systemd_the_daemon_killed_at_each_crash_point_leaves_nothing_pa
     .await
     .unwrap();
     println!("daemon:");
-    report(&t, MIN_DAEMON_TRIALS);
+    report(
+        &t,
+        extent.pick(MIN_SAMPLED_DAEMON_TRIALS, MIN_DAEMON_TRIALS),
+    );
 }
