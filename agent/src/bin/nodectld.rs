@@ -27,6 +27,7 @@ async fn main() {
     #[cfg(feature = "failpoints")]
     let _crash_points = fail::FailScenario::setup();
     nodectl::logging::init("nodectld", "info");
+    nodectl::util::timers::announce();
     let a = Args::parse();
     let opts = nodectl::daemon::Options {
         root: nodectl::root::Root::new(a.root),

@@ -334,11 +334,13 @@ impl Bootstrap<'_> {
 }
 
 /// The pause before the next watch after `breaks` breaks in a row: none after a watch that ran
-/// its course, then 1 s doubling to 30 s.
+/// its course, then 1 s doubling to 30 s (shorter under NODECTL_TEST_TIMERS in a test build).
 fn watch_pause(breaks: u32) -> Duration {
     match breaks {
         0 => Duration::ZERO,
-        n => Duration::from_secs(1 << (n - 1).min(5)).min(WATCH_PAUSE_CAP),
+        n => crate::util::timers::scaled(
+            Duration::from_secs(1 << (n - 1).min(5)).min(WATCH_PAUSE_CAP),
+        ),
     }
 }
 

@@ -67,9 +67,10 @@ pub(crate) fn refused_backoff(refusal: u32, jitter01: f64) -> Duration {
     doubling(REFUSED_BASE, REFUSED_CAP, refusal, jitter01)
 }
 
+/// (NODECTL_TEST_TIMERS shortens it in a test build: [`crate::util::timers`])
 fn doubling(base: Duration, cap: Duration, attempt: u32, jitter01: f64) -> Duration {
     let exp = base.saturating_mul(1u32 << attempt.saturating_sub(1).min(16));
-    exp.min(cap).mul_f64(0.8 + 0.4 * jitter01.clamp(0.0, 1.0))
+    crate::util::timers::scaled(exp.min(cap).mul_f64(0.8 + 0.4 * jitter01.clamp(0.0, 1.0)))
 }
 
 #[cfg(test)]

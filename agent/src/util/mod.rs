@@ -9,6 +9,7 @@ pub mod names;
 pub mod printable;
 pub mod settled;
 pub mod time;
+pub mod timers;
 pub mod window;
 
 /// A uniformly drawn fraction in [0, 1) for jitter, from the OS's randomness.

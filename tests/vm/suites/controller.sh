@@ -28,7 +28,7 @@ CP="kube-apiserver kube-controller-manager kube-scheduler"
 
 echo "## C1: a controller from a Typhoon-form bundle, before any API server answers"
 systemctl stop nodectld.service kubelet.service 2>/dev/null
-for c in $(podman ps -a --filter name=^k8s_ --format '{{.Names}}'); do podman rm -f "$c" >/dev/null; done
+for c in $(podman ps -a --filter name=^k8s_ --format '{{.Names}}'); do podman rm -f -t 0 "$c" >/dev/null; done
 stop_apiserver_double
 rm -rf /etc/kubernetes /var/lib/nodectl /etc/systemd/system/kubelet.service.d /var/lib/kubelet /etc/ssl/etcd /root/double-ca.key
 id etcd >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin etcd
@@ -40,10 +40,23 @@ check "a bootstrap kubeconfig for the API double (then stopped)" start_apiserver
 stop_apiserver_double
 cp /root/bootstrap-kubeconfig /root/controller-bootstrap-kubeconfig
 install_nodectld /test/controller.toml
+# Test timers (agent/src/util/timers.rs; a debug build's, as /test/nodectld is): the node
+# certificate's backoff 1/16 as long (2 s doubling to 64 s becomes 125 ms doubling to 4 s), so
+# that C2a sees the capped backoff end in seconds (issue 50: no minute-long real wait).
+mkdir -p /etc/systemd/system/nodectld.service.d
+printf '[Service]\nEnvironment=NODECTL_TEST_TIMERS=scale=1/16\n' >/etc/systemd/system/nodectld.service.d/50-test-timers.conf
 mkdir -p /etc/systemd/system/kubelet.service.d
 printf '[Service]\nEnvironment=KUBELET_IMAGE=%s\n' $STANDIN >/etc/systemd/system/kubelet.service.d/10-image-override.conf
+# Here, once the stand-in ran static pods, the kubelet container's conmon outlives the container
+# at a stop (no descriptor of it held; Debian 12's podman 4.3 and conmon 2.1): kubelet.service
+# stays "deactivating" until systemd's stop timeout, 90 s, kills it, at C2b's restart. What C2
+# checks is that kubelet is restarted on its credentials with its pods kept, not that stop: the
+# timeout is 10 s here (kubelet.sh K1 checks a stop through the unit).
+printf '[Service]\nTimeoutStopSec=10\n' >/etc/systemd/system/kubelet.service.d/95-test-stop-timeout.conf
 systemctl daemon-reload
 check "nodectld starts" systemctl start nodectld.service
+check "its test timers are announced" wait_until 10 sh -c \
+  'journalctl -u nodectld.service --no-pager -o cat | grep -q "NODECTL_TEST_TIMERS: backoffs are 1/16 as long"'
 {
   typhoon_records
   record kubelet/kubeconfig /root/controller-bootstrap-kubeconfig
@@ -83,17 +96,44 @@ listens_10250() { ss -ltnH 'sport = :10250' | grep -q .; }
 check "C1h the standalone kubelet serves no API: nothing listens on :10250" sh -c '! ss -ltnH "sport = :10250" | grep -q .'
 check "C1h a connection to :10250 is refused (no certificate gets anything)" sh -c '! timeout 5 bash -c "exec 3<>/dev/tcp/127.0.0.1/10250" 2>/dev/null'
 
+# attempts: the failed attempts of this nodectld's node certificate requests, "ATTEMPT RETRY_IN_S"
+attempts() {
+  journalctl _SYSTEMD_INVOCATION_ID="$(systemctl show -p InvocationID --value nodectld.service)" --no-pager -o json |
+    jq -r 'select(.ATTEMPT != null) | "\(.ATTEMPT) \(.RETRY_IN_S)"'
+}
+capped() { attempts | awk '$1 >= 7 { f = 1 } END { exit !f }'; }
+check "C1i the request's backoff reaches its cap (attempt 7 failed: 4 s apart from the 6th on)" wait_until 60 capped
+
 echo "## C2: the API server answers: the node's certificate, kubelet with it, static pods kept"
 kept=$(for m in $CP; do podman inspect "$(pod_name $m)" --format '{{.Id}}'; done | sort | tr '\n' ' ')
 kubelet_since=$(systemctl show -p ActiveEnterTimestampMonotonic --value kubelet.service)
 check "the API double starts, the same CA" start_apiserver_double --ca-key /root/double-ca.key
 start=$SECONDS
-check "C2a nodectld gets the node's certificate by itself (its backoff, no operator)" wait_until 150 \
+# (its capped backoff is 4 s +-20% here and kubelet's restart at most ~12 s: a hang bound of 60 s)
+check "C2a nodectld gets the node's certificate by itself (its backoff, no operator)" wait_until 60 \
   sh -c '[ "$(nodectl status --json | jq -r .credentials.subject)" = system:node:controller-0 ]'
 echo "  | after $((SECONDS - start)) s: $(nodectl status --json | jq -c '.credentials | {subject, expires_in_s}')"
+if [ "$(nodectl status --json | jq -r .credentials.subject)" != system:node:controller-0 ]; then
+  echo "  | the API double's log:"; tail -15 /tmp/apiserver-double.log | sed 's/^/  |   /'
+  echo "  | nodectld's journal:"
+  journalctl -u nodectld.service --no-pager -o short-monotonic | tail -40 | cut -c1-300 | sed 's/^/  |   /'
+fi
+# What the backoff did while the API was away: each failed attempt's number and RETRY_IN_S
+# (the count starts again at 1 when the API server's pod starts on this node, C1b).
+retries=$(attempts)
+echo "  | failed attempts (attempt retry_in_s): $(head -9 <<<"$retries" | paste -sd, -), ... $(tail -1 <<<"$retries")"
+check "C2a every retry was 125 ms doubling per attempt to its cap, 4 s (+-20%)" awk '
+  { e = 0.125 * 2 ^ ($1 - 1); if (e > 4) e = 4; if ($2 < e * 0.8 - 0.001 || $2 > e * 1.2 + 0.001) bad++ }
+  END { exit !(NR >= 7 && !bad) }' <<<"$retries"
 echo "  | kubelet-credentials: $(step_field kubelet-credentials state): $(step_field kubelet-credentials detail)"
 check "C2b kubelet restarts with the node's kubeconfig" wait_until 60 sh -c \
   'journalctl -u kubelet.service --no-pager -o cat | grep -q "kubelet stand-in: node controller-0, kubeconfig /var/lib/kubelet/kubeconfig"'
+if ! journalctl -u kubelet.service --no-pager -o cat | grep -q "kubelet stand-in: node controller-0, kubeconfig /var/lib/kubelet/kubeconfig"; then
+  echo "  | systemd's jobs: $(systemctl list-jobs --no-pager --no-legend | tr '\n' ';')"
+  systemctl status kubelet.service --no-pager 2>&1 | head -25 | sed 's/^/  |   /'
+  echo "  | kubelet's and nodectld's journal:"
+  journalctl -u kubelet.service -u nodectld.service --no-pager -o short-monotonic | tail -40 | cut -c1-300 | sed 's/^/  |   /'
+fi
 check "C2b (a new kubelet start)" sh -c "[ \"\$(systemctl show -p ActiveEnterTimestampMonotonic --value kubelet.service)\" != '$kubelet_since' ]"
 now=$(for m in $CP; do podman inspect "$(pod_name $m)" --format '{{.Id}}'; done | sort | tr '\n' ' ')
 expect "C2c the static pods are the same containers (kept across kubelet's restart)" "$now" "$kept"
@@ -149,6 +189,7 @@ expect "C4d a pass leaves the emptyDir's pair alone" "$(stat -c %C $d/file | cut
 rm -rf /var/lib/kubelet/pods/0000-other /var/lib/kubelet/plugins_registry/*.sock /var/lib/kubelet/plugins/example.csi.k8s.io /var/lib/kubelet/device-plugins/example.sock
 
 systemctl stop kubelet.service nodectld.service
-for c in $(podman ps -a --filter name=^k8s_ --format '{{.Names}}'); do podman rm -f "$c" >/dev/null; done
+rm -f /etc/systemd/system/nodectld.service.d/50-test-timers.conf && systemctl daemon-reload
+for c in $(podman ps -a --filter name=^k8s_ --format '{{.Names}}'); do podman rm -f -t 0 "$c" >/dev/null; done
 stop_apiserver_double
 summary controller
