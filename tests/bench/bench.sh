@@ -22,7 +22,7 @@
 # of 10x that only catches a hang or a poller).
 # BENCH_MODE=full (default; tests/bench/run.sh): five rounds, 30 s idle windows, the API away
 # 5 minutes, 20 000 files relabeled. BENCH_MODE=quick (the test command's smoke): one round,
-# 10 s windows, no 5-minute wait, 2 000 files; its figures are printed, never judged or kept.
+# 5 s windows, no 5-minute wait, 2 000 files; its figures are printed, never judged or kept.
 # /test holds: check.sh, lib.sh, nodectld-release, nodectl-release, nodectl, nodectld.service,
 # org.nodectl.Agent1.conf, controller.toml, worker.toml, nodectl-apiserver-double, relabel-bench,
 # kubelet-standin/, rename-now (a bundle's arrival: the rename, timed right before the call).
@@ -32,7 +32,7 @@ export NO_COLOR=1
 BENCH_MODE=${BENCH_MODE:-full}
 case $BENCH_MODE in
   full) ROUNDS=5 IDLE_S=30 RELABEL_FILES=20000 ;;
-  quick) ROUNDS=1 IDLE_S=10 RELABEL_FILES=2000 ;;
+  quick) ROUNDS=1 IDLE_S=5 RELABEL_FILES=2000 ;;
   *) echo "BENCH_MODE must be full or quick, not '$BENCH_MODE'" >&2; exit 2 ;;
 esac
 echo "bench mode: $BENCH_MODE ($ROUNDS rounds, ${IDLE_S} s idle windows, $RELABEL_FILES files relabeled)"
@@ -96,7 +96,7 @@ clean_node() {
 }
 
 # idle NAME MAX_PASSES [MAX_TICKS]: nodectld's footprint after 5 s settling and over IDLE_S
-# (30 s; 10 s in quick mode) of idling: CPU ticks, context switches (wakeups), passes, and its memory at the end:
+# (30 s; 5 s in quick mode) of idling: CPU ticks, context switches (wakeups), passes, and its memory at the end:
 # - private: anonymous or private dirty, each page once (per mapping of /proc/<pid>/smaps, the
 #   larger of Anonymous and Private_Dirty): what nodectld itself holds and the node cannot get
 #   back without swap. Target <= 2 MiB in every state: a figure, met or not in the table.

@@ -1,8 +1,11 @@
 # check.sh: tiny PASS/FAIL helpers for the in-guest suites (sourced). Ends with the plain
 # closing line "SUITE: N passed, N failed".
-PASSED=0; FAILED=0
-pass() { echo "PASS $*"; PASSED=$((PASSED + 1)); }
-fail() { echo "FAIL $*"; FAILED=$((FAILED + 1)); }
+# A line that ends 3 s or more after the previous one (or the start) says how long it took,
+# `[+Ns]`: where a suite's time goes.
+PASSED=0; FAILED=0; CHECK_T=$SECONDS
+took() { local d=$((SECONDS - CHECK_T)); CHECK_T=$SECONDS; TOOK=; [ "$d" -lt 3 ] || TOOK=" [+${d}s]"; }
+pass() { took; echo "PASS $*$TOOK"; PASSED=$((PASSED + 1)); }
+fail() { took; echo "FAIL $*$TOOK"; FAILED=$((FAILED + 1)); }
 # check NAME COMMAND...: PASS when COMMAND exits 0; its output is shown indented either way.
 check() {
   local name=$1; shift

@@ -13,8 +13,8 @@ cd "$(dirname "$0")/../.."
 . tests/lib/check.sh
 log=$(mktemp); trap 'rm -f "$log"; rm -rf "$log.d"' EXIT
 mkdir -p "$log.d"
-# (a hung boot is one whose runner never starts: any bound tells it; 20 s keeps this cheap)
-bound=20
+# (a hung boot is one whose runner never starts: any bound tells it; 6 s keeps this cheap)
+bound=6
 
 printf 'exit 0\n' >"$log.ok"
 start=$SECONDS

@@ -37,7 +37,7 @@ deliver() { mkdir -p $INBOX && cp "$1" $INBOX/.incoming && mv $INBOX/.incoming "
 # A stand-in static pod: level s0 (as kube-apiserver's pod is), pki mounted read-only WITHOUT
 # relabel, printing what it can read every 0.3 s.
 start_reader() {
-  podman rm -f reader >/dev/null 2>&1
+  podman rm -f -t 0 reader >/dev/null 2>&1
   rm -f /run/reader.log
   podman run -d --name reader --network none --security-opt label=level:s0 \
     --log-driver k8s-file --log-opt path=/run/reader.log \
@@ -65,7 +65,7 @@ mv /root/apiserver.key /etc/kubernetes/pki/apiserver.key       # what /opt/boots
 echo "  | moved key labeled $(stat -c %C /etc/kubernetes/pki/apiserver.key)"
 check "R1b the running pod gets Permission denied on the moved key" reader_sees 'key=\[cat: can.t open .*Permission denied\]'
 echo "  | reader: $(last_line)"
-podman rm -f reader >/dev/null 2>&1
+podman rm -f -t 0 reader >/dev/null 2>&1
 rm -rf /etc/kubernetes
 
 echo "## R2: nodectld on a controller"
@@ -145,7 +145,7 @@ done </run/observed)
 expect "R3b no entry under /etc/kubernetes or /etc/ssl ever seen with a label other than its final one" "$wrong" ""
 expect "R3c the new pki files were shared at first sight" \
   "$(grep -E 'pki/apiserver\.(key|crt)$' /run/observed | cut -f1 | sort -u)" "$SHARED"
-podman rm -f reader >/dev/null 2>&1
+podman rm -f -t 0 reader >/dev/null 2>&1
 
 echo "## R4: :z vs :Z; shared files end at s0"
 cats=$(find /etc/kubernetes/pki -exec stat -c %C {} + | grep -c ':s0:c')

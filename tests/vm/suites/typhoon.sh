@@ -22,7 +22,9 @@ export NO_COLOR=1
 STANDIN=localhost/kubelet-standin:test
 
 clean_node() {
+  local t=$SECONDS
   systemctl stop nodectld.service kubelet.service afterburn.service 2>/dev/null
+  [ $((SECONDS - t)) -lt 3 ] || echo "  | (clean_node: the units' stop took $((SECONDS - t)) s)"
   podman rm -af -t 0 >/dev/null 2>&1
   rm -rf /etc/kubernetes /var/lib/nodectl /etc/systemd/system/kubelet.service.d /var/lib/kubelet/pki \
     /var/lib/kubelet/kubeconfig /etc/ssl/etcd /run/metadata /opt/bootstrap
