@@ -47,12 +47,8 @@ mkdir -p /etc/systemd/system/nodectld.service.d
 printf '[Service]\nEnvironment=NODECTL_TEST_TIMERS=scale=1/16\n' >/etc/systemd/system/nodectld.service.d/50-test-timers.conf
 mkdir -p /etc/systemd/system/kubelet.service.d
 printf '[Service]\nEnvironment=KUBELET_IMAGE=%s\n' $STANDIN >/etc/systemd/system/kubelet.service.d/10-image-override.conf
-# Here, once the stand-in ran static pods, the kubelet container's conmon outlives the container
-# at a stop (no descriptor of it held; Debian 12's podman 4.3 and conmon 2.1): kubelet.service
-# stays "deactivating" until systemd's stop timeout, 90 s, kills it, at C2b's restart. What C2
-# checks is that kubelet is restarted on its credentials with its pods kept, not that stop: the
-# timeout is 10 s here (kubelet.sh K1 checks a stop through the unit).
-printf '[Service]\nTimeoutStopSec=10\n' >/etc/systemd/system/kubelet.service.d/95-test-stop-timeout.conf
+# (C2 checks that kubelet is restarted on its credentials with its pods kept, not its stop)
+kubelet_stop_timeout
 systemctl daemon-reload
 check "nodectld starts" systemctl start nodectld.service
 check "its test timers are announced" wait_until 10 sh -c \

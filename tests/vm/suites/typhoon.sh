@@ -49,6 +49,7 @@ printf '[node]\nrole = "worker"\n[kubelet]\nprovider_id = "aws"\ncloud_provider 
 install_nodectld /tmp/aws-worker.toml
 mkdir -p /etc/systemd/system/kubelet.service.d
 printf '[Service]\nEnvironment=KUBELET_IMAGE=%s\n' $STANDIN >/etc/systemd/system/kubelet.service.d/10-image-override.conf
+kubelet_stop_timeout # (clean_node stops it between T1, T2 and T3; none checks that stop)
 install -D -m 0600 /root/bootstrap-kubeconfig /etc/kubernetes/kubeconfig
 systemctl daemon-reload
 # EC2 before DHCP: no static hostname (Typhoon's AWS configs write none), the kernel's localhost
@@ -85,6 +86,7 @@ id etcd >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/n
 install_nodectld /tmp/controller.toml
 mkdir -p /etc/systemd/system/kubelet.service.d
 printf '[Service]\nEnvironment=KUBELET_IMAGE=%s\n' $STANDIN >/etc/systemd/system/kubelet.service.d/10-image-override.conf
+kubelet_stop_timeout # (clean_node stops it between T1, T2 and T3; none checks that stop)
 systemctl daemon-reload
 check "T2 nodectld starts (the controller waits for its bundle)" systemctl start nodectld.service
 # the layout script exactly as the shipped controller config writes it
