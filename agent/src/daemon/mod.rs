@@ -186,7 +186,16 @@ async fn converge_loop(
         );
         let settings = loaded.as_ref().ok().map(|(_, s)| s.clone());
         let host = loaded.as_ref().ok().map(|(h, _)| h.clone());
-        let recheck = passes.run(loaded, trigger, n).await;
+        // A stop signal ends a pass where it is, as a crash would (every write is atomic and
+        // the next start converges; the crash campaigns prove it). Waiting for the pass instead
+        // can deadlock: a pass that starts kubelet waits for its job, and that job, ordered
+        // after nodectld, waits for nodectld's stop job, until systemd's stop timeout (90 s)
+        // kills nodectld (seen when kubelet was stopped and a hostname change woke a pass).
+        let recheck = tokio::select! {
+            r = passes.run(loaded, trigger, n) => r,
+            _ = signals.term.recv() => { stopped_mid_pass(trigger, "SIGTERM"); break; }
+            _ = signals.int.recv() => { stopped_mid_pass(trigger, "SIGINT"); break; }
+        };
         // And again after it: a directory the pass created (the inbox on a fresh node) is
         // watched before anything is delivered into it (provisioning may deliver as soon as
         // nodectld is READY).
@@ -212,6 +221,17 @@ async fn converge_loop(
     }
     reporter.stop();
     reboots
+}
+
+/// Says that a stop signal cut a pass short. (The pass is dropped at one of its awaits, a bus
+/// call or a wait for a job: its file writes are synchronous, so none is left half-done by
+/// this; a temporary file of a step cut short is the next pass's to clean, as after a crash.)
+fn stopped_mid_pass(trigger: Trigger, signal: &str) {
+    tracing::warn!(
+        trigger = trigger.name(),
+        "{signal} during a pass ({}): the pass ends where it is; the next start converges",
+        trigger.name()
+    );
 }
 
 /// After a pass that left a controller waiting for its bundle: the default labels that bundle's

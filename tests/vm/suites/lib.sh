@@ -16,10 +16,10 @@ install_nodectld() {
 
 # kubelet_stop_timeout: kubelet.service's stop timeout 10 s, in a test drop-in. Here the
 # kubelet container's conmon at times outlives the container at a stop (it holds no descriptor
-# of it; Debian 12's podman 4.3 and conmon 2.1; seen in controller.sh C2's restart and at
-# typhoon.sh's T1 cleanup): kubelet.service then stays "deactivating" until systemd's stop
-# timeout, 90 s, kills it. The suites that call this check what comes after a stop, not the
-# stop (kubelet.sh K1 checks a stop through the unit).
+# of it; Debian 12's podman 4.3 and conmon 2.1; seen in controller.sh C2's restart):
+# kubelet.service then stays "deactivating" until systemd's stop timeout, 90 s, kills it. The
+# suites that call this check what comes after a stop, not the stop (kubelet.sh K1 checks a
+# stop through the unit).
 kubelet_stop_timeout() {
   mkdir -p /etc/systemd/system/kubelet.service.d
   printf '[Service]\nTimeoutStopSec=10\n' >/etc/systemd/system/kubelet.service.d/95-test-stop-timeout.conf
