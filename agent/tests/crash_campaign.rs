@@ -91,15 +91,17 @@ trait Bed: Send {
     fn settled(&self, root: &Path) -> Result<(), String>;
     /// One pass over the node with crash points armed (FAILPOINTS syntax): `nodectl apply`
     /// here; nodectld.service on the daemon bed. Err when it died or failed (its output).
-    fn pass(&self, root: &Path, failpoints: Option<&str>) -> Result<(), String> {
-        apply_pass(root, failpoints, None)
-    }
-    /// A pass not killed that appends the name of every crash point it reaches to `tally`
+    /// With `tally`, it appends the name of every crash point it reaches to that file
     /// (NODECTL_CRASH_TALLY).
-    fn tallied_pass(&self, root: &Path, tally: &Path) -> Result<(), String> {
-        apply_pass(root, None, Some(tally))
+    fn pass(
+        &self,
+        root: &Path,
+        failpoints: Option<&str>,
+        tally: Option<&Path>,
+    ) -> Result<(), String> {
+        apply_pass(root, failpoints, tally)
     }
-    /// The file [`Bed::tallied_pass`] appends to.
+    /// The file a tallied [`Bed::pass`] appends to.
     fn tally(&self) -> PathBuf {
         std::env::temp_dir().join(format!("nodectl-crash-tally.{}", std::process::id()))
     }
@@ -273,20 +275,19 @@ impl Bed for Host {
         drop_bundle(root, "assets", &self.bundle);
         root.to_path_buf()
     }
-    fn pass(&self, root: &Path, failpoints: Option<&str>) -> Result<(), String> {
+    fn pass(
+        &self,
+        root: &Path,
+        failpoints: Option<&str>,
+        tally: Option<&Path>,
+    ) -> Result<(), String> {
         match self.daemon {
-            false => apply_pass(root, failpoints, None),
-            true => self.daemon_pass(failpoints, None),
+            false => apply_pass(root, failpoints, tally),
+            true => self.daemon_pass(failpoints, tally),
         }
     }
     fn tally(&self) -> PathBuf {
         PathBuf::from(HOST_TALLY)
-    }
-    fn tallied_pass(&self, root: &Path, tally: &Path) -> Result<(), String> {
-        match self.daemon {
-            false => apply_pass(root, None, Some(tally)),
-            true => self.daemon_pass(None, Some(tally)),
-        }
     }
     fn reference_starts(&self) -> u64 {
         if self.daemon {
@@ -508,8 +509,8 @@ fn trial(bed: &dyn Bed, (root, before): (&Path, u64), r: &Reference, t: &mut Tal
     t.trials += 1;
     let have = compared_tree(bed, root);
     check_killed(root, (&have, &r.old, &r.want), r.between.as_ref(), t, name);
-    let out = bed.pass(root, None);
-    let again = bed.pass(root, None);
+    let out = bed.pass(root, None, None);
+    let again = bed.pass(root, None, None);
     let have = compared_tree(bed, root);
     let temps: Vec<_> = bed
         .tree(root)
@@ -565,7 +566,7 @@ enum Scenario {
 fn prepare(bed: &mut dyn Bed, s: Scenario) -> (PathBuf, u64) {
     let root = bed.fresh();
     if let Scenario::ImageChange = s {
-        bed.pass(&root, None).unwrap();
+        bed.pass(&root, None, None).unwrap();
         std::fs::write(
             root.join("etc/nodectl/config.d/20-image.toml"),
             "[kubelet]\nimage = \"quay.io/poseidon/kubelet:v1.36.2\"\n",
@@ -580,7 +581,7 @@ fn reference(bed: &mut dyn Bed, s: Scenario) -> Reference {
     let between = bed.between().map(|point| {
         let (root, _) = prepare(bed, s);
         assert!(
-            bed.pass(&root, Some(point)).is_err(),
+            bed.pass(&root, Some(point), None).is_err(),
             "{s:?}: the pass did not reach {point}"
         );
         compared_tree(bed, &root)
@@ -590,7 +591,7 @@ fn reference(bed: &mut dyn Bed, s: Scenario) -> Reference {
     let tally = bed.tally();
     let _ = std::fs::remove_file(&tally);
     let start = Instant::now();
-    bed.tallied_pass(&root, &tally).unwrap();
+    bed.pass(&root, None, Some(&tally)).unwrap();
     let pass = start.elapsed();
     let reached = std::fs::read_to_string(&tally).unwrap_or_default();
     let _ = std::fs::remove_file(&tally);
@@ -683,7 +684,7 @@ fn scenario(
         let kill_at = |bed: &mut dyn Bed, k: usize, t: &mut Tally| -> bool {
             let (root, before) = prepare(bed, s);
             if bed
-                .pass(&root, Some(&format!("{point}={k}*off->return")))
+                .pass(&root, Some(&format!("{point}={k}*off->return")), None)
                 .is_ok()
             {
                 return false; // the pass ended before hit k+1
@@ -767,20 +768,21 @@ fn scenario(
 /// node's pass (at least 100) for [`MIN_TRIALS`] trials in all (CRASH_TRIALS for more).
 fn campaign(bed: &mut dyn Bed, extent: Extent) -> Tally {
     let mut t = Tally::default();
-    if extent == Extent::Sample {
+    let hits = if extent == Extent::Sample {
         let mut hits = scenario(bed, Scenario::ImageChange, &mut t, extent, |_| 10);
         hits.extend(scenario(bed, Scenario::Fresh, &mut t, extent, |_| 10));
-        every_point_hit(&hits, &format!("{:?}", nodectl().get_program()), NEVER_HIT);
-        return t;
-    }
-    let mut hits = scenario(bed, Scenario::ImageChange, &mut t, extent, |_| 50);
-    let trials: usize = std::env::var("CRASH_TRIALS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(MIN_TRIALS);
-    hits.extend(scenario(bed, Scenario::Fresh, &mut t, extent, |done| {
-        trials.saturating_sub(done).max(100)
-    }));
+        hits
+    } else {
+        let mut hits = scenario(bed, Scenario::ImageChange, &mut t, extent, |_| 50);
+        let trials: usize = std::env::var("CRASH_TRIALS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(MIN_TRIALS);
+        hits.extend(scenario(bed, Scenario::Fresh, &mut t, extent, |done| {
+            trials.saturating_sub(done).max(100)
+        }));
+        hits
+    };
     every_point_hit(&hits, &format!("{:?}", nodectl().get_program()), NEVER_HIT);
     t
 }
