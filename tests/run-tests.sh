@@ -120,12 +120,14 @@ tests/vm/setup-host.sh || exit 1
 
 # guests: whether the selected tiers run the guests (nspawn, the VM), which need the builds below.
 guests() { [[ " $TIERS " == *" 2 "* || " $TIERS " == *" 3 "* || $BENCH = 1 ]]; }
+# needs_release: whether they run what ships (the VM; nspawn runs the debug build).
+needs_release() { [[ " $TIERS " == *" 3 "* || $BENCH = 1 ]]; }
 # What ships, built in packaging's release profile: the VM's footprint check (kubelet.sh K5),
 # the relabel benchmark (nodectl-selinux optimized as in nodectld) and release.sh's artifacts
 # (the sysext suite) use it; the same cargo commands as release.sh's, so that it builds nothing
 # again.
 RELEASE_BUILD='cargo build --release --locked -p nodectl --bins &&
-  cargo build --release --locked -p nodectl-testkit --bin relabel-bench &&
+  cargo build --release --locked -p nodectl-selinux --example relabel-bench &&
   cargo build --release --locked -p nodectl-butane'
 release_pid=
 if [[ " $TIERS " == *" 1 "* ]]; then
@@ -137,10 +139,11 @@ if [[ " $TIERS " == *" 1 "* ]]; then
   start=$SECONDS
   bg sh -c 'cargo test --workspace --no-run 2>&1 && sync'
   rc=$?
-  if [ "$rc" = 0 ] && guests; then
-    # What ships (fat LTO, ~3 min) builds while tier 1's tests run, at the lowest CPU priority
-    # so that their few remaining time bounds (docs/testing.md) see the machine as without it;
-    # its output is shown when the guests' build waits for it.
+  if [ "$rc" = 0 ] && needs_release; then
+    # What ships (fat LTO, one codegen unit: mostly one core, ~5 min beside the rest) builds
+    # while tier 1's tests, the guests' debug build and tier 2 run, at the lowest CPU priority
+    # so that they see the machine as without it; its output is shown when the VM's staging
+    # waits for it.
     release_log=$(mktemp /tmp/nodectl-release-build.XXXXXX)
     release_start=$SECONDS
     nice -n 19 sh -c "$RELEASE_BUILD; rc=\$?; echo \"(the release build ended \$((\$(date +%s) - $(date +%s))) s after it started)\"; exit \$rc" >"$release_log" 2>&1 9>&- &
@@ -186,28 +189,14 @@ if guests; then
   # tests/testkit/tests/tools.rs, the testkit's); this puts the plain nodectl back in place of
   # the one with crash points (a build of them with `cargo build`'s features took 21 s more).
   cargo test --workspace --no-run --quiet || exit 1
-  if [ -n "$release_pid" ]; then
-    echo "(waiting for the release build started with tier 1's tests)"
-    wstart=$SECONDS
-    wait "$release_pid"
-    rrc=$?
-    echo "(waited $((SECONDS - wstart)) s for it; it started $((wstart - release_start)) s before)"
-    cat "$release_log" && rm -f "$release_log"
-    [ "$rrc" = 0 ] || { echo "the release build failed (exit $rrc)" >&2; exit 1; }
-  else
-    bg sh -c "$RELEASE_BUILD" || exit 1
-  fi
-  live=$(cargo test -p nodectl-units --test systemd_live --no-run --message-format=json 2>/dev/null \
+  live=$(cargo test --workspace --test systemd_live --no-run --message-format=json 2>/dev/null \
     | jq -r 'select(.reason == "compiler-artifact" and .target.name == "systemd_live") | .executable' | tail -1)
   [ -x "$live" ] || { echo "cannot find the systemd_live test binary" >&2; exit 1; }
   # Same glibc (2.36) on host and guest: the host's build runs there as is. Stripped to copy fast.
   strip -o "$stage/nodectld" target/debug/nodectld
   strip -o "$stage/nodectl" target/debug/nodectl
-  strip -o "$stage/nodectld-release" target/release/nodectld
-  strip -o "$stage/nodectl-release" target/release/nodectl
   strip -o "$stage/systemd_live" "$live"
   strip -o "$stage/label-observer" target/debug/label-observer
-  strip -o "$stage/relabel-bench" target/release/relabel-bench
   strip -o "$stage/sock-listen" target/debug/sock-listen
   strip -o "$stage/rename-now" target/debug/rename-now
   strip -o "$stage/cut-at" target/debug/cut-at
@@ -222,14 +211,6 @@ if guests; then
   mkdir -p "$stage/butane" && cp packaging/butane/*.bu "$stage/butane/"
   hdr "test image"
   tests/vm/build-image.sh || exit 1
-  hdr "release artifacts (packaging/release.sh) for the VM's sysext suite"
-  # release.sh signs: a throwaway key, in a gpg home of this run's own (sysext.sh S1 places its
-  # public part as the configs ship it; S4 signs with keys it makes itself)
-  (export GNUPGHOME=$stage.gnupg && mkdir -m 0700 "$GNUPGHOME" &&
-    gpg --batch --passphrase '' --quick-gen-key 'nodectl test release <release@nodectl.invalid>' ed25519 sign never 2>/dev/null &&
-    NODECTL_SIGNING_KEY=release@nodectl.invalid tests/vm/stage-shipping.sh "$stage"; rc=$?
-    gpgconf --kill gpg-agent; exit $rc) || exit 1
-  cp packaging/release.sh "$stage/"
 fi
 
 if [[ " $TIERS " == *" 2 "* ]]; then
@@ -249,6 +230,31 @@ if [[ " $TIERS " == *" 2 "* ]]; then
   echo "(tier 2 took $((SECONDS - start)) s)"
 fi
 
+if guests && needs_release; then
+  hdr "what ships, for the VM: the release build, packaging/release.sh's artifacts"
+  if [ -n "$release_pid" ]; then
+    echo "(waiting for the release build started after tier 1's build)"
+    wstart=$SECONDS
+    wait "$release_pid"
+    rrc=$?
+    echo "(waited $((SECONDS - wstart)) s for it; it started $((wstart - release_start)) s before)"
+    cat "$release_log" && rm -f "$release_log"
+    [ "$rrc" = 0 ] || { echo "the release build failed (exit $rrc)" >&2; exit 1; }
+  else
+    bg sh -c "$RELEASE_BUILD" || exit 1
+  fi
+  strip -o "$stage/nodectld-release" target/release/nodectld
+  strip -o "$stage/nodectl-release" target/release/nodectl
+  strip -o "$stage/relabel-bench" target/release/examples/relabel-bench
+  # release.sh signs: a throwaway key, in a gpg home of this run's own (sysext.sh S1 places its
+  # public part as the configs ship it; S4 signs with keys it makes itself)
+  (export GNUPGHOME=$stage.gnupg && mkdir -m 0700 "$GNUPGHOME" &&
+    gpg --batch --passphrase '' --quick-gen-key 'nodectl test release <release@nodectl.invalid>' ed25519 sign never 2>/dev/null &&
+    NODECTL_SIGNING_KEY=release@nodectl.invalid tests/vm/stage-shipping.sh "$stage"; rc=$?
+    gpgconf --kill gpg-agent; exit $rc) || exit 1
+  cp packaging/release.sh "$stage/"
+fi
+
 if [[ " $TIERS " == *" 3 "* ]]; then
   hdr "tier 3: QEMU VM, SELinux enforcing"
   start=$SECONDS
@@ -262,6 +268,8 @@ if [[ " $TIERS " == *" 3 "* ]]; then
     [ $s = bench.sh ] && suites+=(BENCH_MODE=quick)
     suites+=($s)
   done
+  # (SUITE_TRACE=1: every command of the suites traced with its second: where a suite's time goes)
+  [ -z "${SUITE_TRACE:-}" ] || [ ${#suites[@]} = 0 ] || suites=(SUITE_TRACE=1 "${suites[@]}")
   : >"$stage/vm.stderr"
   if [ ${#suites[@]} -gt 0 ]; then
     VM_TIMEOUT=$((2700 + 45 * ${CRASH_TRIALS:-8})) bg tests/vm/run-in-vm.sh tests/vm/suites/all.sh "$stage"/* -- NODECTL_TEST_SEED="$SEED" \

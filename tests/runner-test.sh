@@ -52,30 +52,56 @@ rm -f "$copy/avc.log" "$copy/expected"
 git ls-files -z | tar --null -T - -cf - 2>/dev/null | tar -xf - -C "$copy" || { echo "runner-test: cannot copy the checkout" >&2; exit 1; }
 planted=agent/tests/planted_compile_error.rs
 printf '// planted by tests/runner-test.sh: must not compile\n#[test]\nfn planted() {\n    let _n: u32 = "not a number";\n}\n' >"$copy/$planted"
-# The checkout's built dependencies, hard-linked into the copy's target directory (the same
-# filesystem; a plain build of them took ~4 min): cargo reuses a dependency whose fingerprint
-# matches without writing it. The workspace's own crates and targets (cargo hashes them by
-# their paths inside the workspace: the copy's would have the same names) are unlinked from
-# the copy first, so the copy builds them into files of its own and writes nothing through a
-# link into the checkout's target (nor does cargo's lock file link the two builds).
-src_target=${CARGO_TARGET_DIR:-target}
-if [ -d "$src_target/debug" ]; then
-  own=$(cargo metadata --no-deps --offline --format-version 1 2>/dev/null | jq -r '.packages[] | .name, (.targets[].name)' | sort -u)
-  if [ -n "$own" ] && mkdir -p "$copy/target" && cp -al "$src_target/debug" "$copy/target/debug" 2>/dev/null; then
-    d=$copy/target/debug
-    rm -f "$d/.cargo-lock"
-    for n in $own; do
-      for v in "$n" "${n//-/_}"; do
-        rm -rf "$d/.fingerprint/$v"-* "$d/build/$v"-* "$d/deps/$v"-* "$d/deps/lib$v"-* "$d/deps/lib$v".* \
-          "$d/incremental/$v"-* "$d/$v" "$d/$v".d "$d/lib$v".*
+# Fast path (root, the checkout's own target/): the copy is bind-mounted over the checkout's
+# path in a mount namespace of its own, with a target/debug of hard links to the checkout's:
+# the same paths and mtimes, so cargo finds every crate built and compiles the planted test
+# alone (seconds; built at a path of its own, the copy compiled the workspace's crates again,
+# ~40 s). cargo writes only the new test's files there: a fresh binary is linked into place
+# under its name anew (the old link removed first), never written through; its lock file is
+# the copy's own.
+fast() {
+  [ "$(id -u)" = 0 ] && [ -z "${CARGO_TARGET_DIR:-}" ] && [ -d target/debug ] || return 1
+  # (the checkout's build current first: nothing after tier 1, which has just built it)
+  cargo test --workspace --no-run --quiet >/dev/null 2>&1 || return 1
+  mkdir -p "$copy/target" && cp -al target/debug "$copy/target/debug" 2>/dev/null || return 1
+  cp -a target/.rustc_info.json target/CACHEDIR.TAG "$copy/target/" 2>/dev/null
+  rm -f "$copy/target/debug/.cargo-lock"
+  NODECTL_RUNNER_TEST=1 TIERS=1 unshare -m sh -c \
+    'mount --make-rprivate / && mount --bind "$1" "$2" && cd "$2" && exec tests/run-tests.sh' _ "$copy" "$PWD" 2>&1
+}
+if out=$(fast); then rc=0; else rc=$?; fi
+if ! grep -q '^======== summary' <<<"$out"; then # (the fast path could not run: the copy at its own path)
+  rm -rf "$copy/target"
+  echo "runner-test: the copy built at a path of its own (no mount namespace here)"
+  # The checkout's built dependencies, hard-linked into the copy's target directory (the same
+  # filesystem; a plain build of them took ~4 min): cargo reuses a dependency whose
+  # fingerprint matches without writing it. The workspace's own crates and targets (cargo
+  # hashes them by their paths inside the workspace: the copy's would have the same names)
+  # are unlinked from the copy first, so the copy builds them into files of its own and
+  # writes nothing through a link into the checkout's target (nor does cargo's lock file link
+  # the two builds).
+  src_target=${CARGO_TARGET_DIR:-target}
+  if [ -d "$src_target/debug" ]; then
+    own=$(cargo metadata --no-deps --offline --format-version 1 2>/dev/null | jq -r '.packages[] | .name, (.targets[].name)' | sort -u)
+    if [ -n "$own" ] && mkdir -p "$copy/target" && cp -al "$src_target/debug" "$copy/target/debug" 2>/dev/null; then
+      d=$copy/target/debug
+      rm -f "$d/.cargo-lock"
+      for n in $own; do
+        for v in "$n" "${n//-/_}"; do
+          rm -rf "$d/.fingerprint/$v"-* "$d/build/$v"-* "$d/deps/$v"-* "$d/deps/lib$v"-* "$d/deps/lib$v".* \
+            "$d/incremental/$v"-* "$d/$v" "$d/$v".d "$d/lib$v".*
+        done
       done
-    done
-  else
-    rm -rf "$copy/target"; echo "runner-test: the built dependencies could not be linked in; building them"
+    else
+      rm -rf "$copy/target"; echo "runner-test: the built dependencies could not be linked in; building them"
+    fi
   fi
+  out=$(CARGO_TARGET_DIR="$copy/target" NODECTL_RUNNER_TEST=1 TIERS=1 "$copy/tests/run-tests.sh" 2>&1)
+  rc=$?
+else
+  compiled=$(grep -c '^ *Compiling ' <<<"$out")
+  verdict "the planted test alone was compiled, against the checkout's crates as built ($compiled crate compiled)" "$((compiled != 1))"
 fi
-out=$(CARGO_TARGET_DIR="$copy/target" NODECTL_RUNNER_TEST=1 TIERS=1 "$copy/tests/run-tests.sh" 2>&1)
-rc=$?
 verdict "run-tests.sh exits non-zero when a test file does not compile (exit $rc)" "$((rc == 0))"
 grep -q 'planted_compile_error.rs' <<<"$out"
 verdict "the failure is the planted compile error" $?
