@@ -146,7 +146,14 @@ if [[ " $TIERS " == *" 1 "* ]]; then
     # waits for it.
     release_log=$(mktemp /tmp/nodectl-release-build.XXXXXX)
     release_start=$SECONDS
-    nice -n 19 sh -c "$RELEASE_BUILD; rc=\$?; echo \"(the release build ended \$((\$(date +%s) - $(date +%s))) s after it started)\"; exit \$rc" >"$release_log" 2>&1 9>&- &
+    # Nice 19 in a session of its own whose autogroup is niced too: with autogroups on
+    # (kernel.sched_autogroup_enabled, Debian's default) a process's nice weighs only within
+    # its session, and nspawn's services and QEMU each run in sessions of their own: a build
+    # at nice 19 in this script's session took a third of the CPU from tier 2's nodectld
+    # (its swap check saw no three passes in 20 s). (setsid does not fork here: a background
+    # job is no group leader, so $! is the new session's leader, a child of this script.)
+    setsid sh -c 'echo 19 >/proc/self/autogroup 2>/dev/null; exec nice -n 19 sh -c "$1"' _ \
+      "$RELEASE_BUILD; rc=\$?; echo \"(the release build ended \$((\$(date +%s) - $(date +%s))) s after it started)\"; exit \$rc" >"$release_log" 2>&1 9>&- &
     release_pid=$!
   fi
   [ "$rc" = 0 ] && bg sh -c 'cargo test --workspace 2>&1 &&
@@ -272,8 +279,8 @@ if [[ " $TIERS " == *" 3 "* ]]; then
   [ -z "${SUITE_TRACE:-}" ] || [ ${#suites[@]} = 0 ] || suites=(SUITE_TRACE=1 "${suites[@]}")
   : >"$stage/vm.stderr"
   if [ ${#suites[@]} -gt 0 ]; then
-    VM_TIMEOUT=$((2700 + 45 * ${CRASH_TRIALS:-8})) bg tests/vm/run-in-vm.sh tests/vm/suites/all.sh "$stage"/* -- NODECTL_TEST_SEED="$SEED" \
-      CRASH_TRIALS="${CRASH_TRIALS:-8}" CRASH_BUDGET="${CRASH_BUDGET:-600}" "${suites[@]}" \
+    VM_TIMEOUT=$((2700 + 45 * ${CRASH_TRIALS:-6})) bg tests/vm/run-in-vm.sh tests/vm/suites/all.sh "$stage"/* -- NODECTL_TEST_SEED="$SEED" \
+      CRASH_TRIALS="${CRASH_TRIALS:-6}" CRASH_BUDGET="${CRASH_BUDGET:-600}" "${suites[@]}" \
       2> >(tee "$stage/vm.stderr" >&2)
     record 3 $?
     echo "(tier 3 suites took $((SECONDS - start)) s)"
@@ -281,9 +288,9 @@ if [[ " $TIERS " == *" 3 "* ]]; then
   if vm_suite powercut.sh; then
     pstart=$SECONDS
     # The power-cut campaign (powercut.sh): a VM session of its own that reboots at each cut,
-    # ~30 s a cut; a sample here (one fresh node, one update), POWERCUT_CUTS=30 for the full
-    # campaign (docs/testing.md).
-    cuts=${POWERCUT_CUTS:-2}
+    # ~30 s a cut; a sample here (3: a fresh node's placement, an update's, a fresh node's;
+    # issue 52 asks at least 3), POWERCUT_CUTS=30 for the full campaign (docs/testing.md).
+    cuts=${POWERCUT_CUTS:-3}
     VM_REBOOT=1 VM_TIMEOUT=$((300 + cuts * 150)) bg tests/vm/run-in-vm.sh tests/vm/suites/powercut.sh "$stage"/* -- "$cuts" "$SEED" \
       2> >(tee -a "$stage/vm.stderr" >&2)
     record 3-powercut $?

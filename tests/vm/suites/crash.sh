@@ -3,7 +3,7 @@
 # (issue 17). Tier 1's campaign (agent/tests/crash_campaign.rs) kills at every crash point on a
 # scratch root, where labels do not apply; here nodectld (the release build, as shipped) places
 # a controller bundle on the real root and is SIGKILLed inside that pass's placement (cut-at,
-# tests/testkit), 8 kills (CRASH_TRIALS), at least three of every four mid-placement: three trials of every four right after
+# tests/testkit), 6 kills (CRASH_TRIALS; 48 under --full), at least three of every four mid-placement: three trials of every four right after
 # the K-th temp file the pass creates (K drawn from 1 to the reference pass's count before its
 # first rename: the writes), the fourth at a delay drawn from the reference pass's first temp
 # file to the end of its renames (the writes and the renames; a kill drawn from the whole
@@ -18,7 +18,7 @@
 . /test/lib.sh
 . /test/crashlib.sh
 export NO_COLOR=1
-TRIALS=${CRASH_TRIALS:-8}
+TRIALS=${CRASH_TRIALS:-6}
 # Every draw (cut-at's) from the test command's seed and the trial's number (SEED=N reruns them).
 SEED=${NODECTL_TEST_SEED:-$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}
 echo "  | seed $SEED (tests/run-tests.sh with SEED=$SEED draws the same kill instants)"
