@@ -1,9 +1,21 @@
 # lib.sh: helpers for the in-guest suites (sourced).
 
+# local_copy NAME: the path of /test/NAME copied to the guest's own disk, once a boot (again
+# when /test's is newer). /test is a 9p share, slow under TCG: the debug nodectld (37 MB) took
+# 1-6 s to read each time a suite installed it.
+local_copy() {
+  local c=/var/tmp/nodectl-test-files/$1
+  if [ ! -e "$c" ] || [ "/test/$1" -nt "$c" ]; then
+    # (synced before the rename: powercut.sh cuts the power and boots again from this disk)
+    mkdir -p /var/tmp/nodectl-test-files && cp -p "/test/$1" "$c.new" && sync "$c.new" && mv "$c.new" "$c"
+  fi
+  echo "$c"
+}
+
 # install_nodectld CONFIG: install nodectld as packaging/ ships it, with CONFIG as its only
 # config fragment; not started.
 install_nodectld() {
-  install -m 0755 /test/nodectld /test/nodectl /usr/local/bin/
+  install -m 0755 "$(local_copy nodectld)" "$(local_copy nodectl)" /usr/local/bin/
   install -m 0644 /test/nodectld.service /etc/systemd/system/nodectld.service
   install -D -m 0644 /test/org.nodectl.Agent1.conf /etc/dbus-1/system.d/org.nodectl.Agent1.conf
   rm -rf /etc/nodectl/config.d
@@ -63,7 +75,7 @@ step_field() { nodectl status --json | jq -r --arg id "$1" ".steps[] | select(.i
 # /root/bootstrap-kubeconfig. Never any other network.
 start_apiserver_double() {
   stop_apiserver_double
-  install -m 0755 /test/nodectl-apiserver-double /usr/local/bin/
+  install -m 0755 "$(local_copy nodectl-apiserver-double)" /usr/local/bin/
   restorecon /usr/local/bin/nodectl-apiserver-double >/dev/null 2>&1
   rm -f /root/bootstrap-kubeconfig
   /usr/local/bin/nodectl-apiserver-double --listen 127.0.0.1:6443 --token abcdef.0123456789abcdef \
