@@ -1,5 +1,6 @@
 //! Test-only timer settings (issue 50): `NODECTL_TEST_TIMERS=scale=1/N` makes the daemon's
-//! backoffs (the node certificate's, the certificate watch's pauses) N times shorter, so that a
+//! backoffs (the node certificate's, the certificate watch's pauses) and node-identity's 5 s
+//! rechecks (a transient hostname, afterburn's metadata) N times shorter, so that a
 //! test reaches the capped-backoff state in seconds instead of minutes and asserts what happened
 //! (a backoff that doubled, the attempt that ended it) rather than timing it.
 //!
@@ -72,7 +73,7 @@ pub fn announce() {
         Setting::Off => {}
         Setting::Scaled(n) => tracing::warn!(
             test_timers = %format!("scale=1/{n}"),
-            "{VAR}: backoffs are 1/{n} as long as a node's (a test setting)"
+            "{VAR}: backoffs and rechecks are 1/{n} as long as a node's (a test setting)"
         ),
         Setting::Ignored(why) => tracing::error!("{why}; ignored"),
     }

@@ -52,7 +52,7 @@ kubelet_stop_timeout
 systemctl daemon-reload
 check "nodectld starts" systemctl start nodectld.service
 check "its test timers are announced" wait_until 10 sh -c \
-  'journalctl -u nodectld.service --no-pager -o cat | grep -q "NODECTL_TEST_TIMERS: backoffs are 1/16 as long"'
+  'journalctl -u nodectld.service --no-pager -o cat | grep -q "NODECTL_TEST_TIMERS: backoffs and rechecks are 1/16 as long"'
 {
   typhoon_records
   record kubelet/kubeconfig /root/controller-bootstrap-kubeconfig

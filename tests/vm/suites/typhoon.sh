@@ -56,6 +56,10 @@ ExecStart=/bin/sh -c 'sleep 2; mkdir -p /run/metadata; printf "AFTERBURN_AWS_AVA
 EOF
 printf '[node]\nrole = "worker"\n[kubelet]\nprovider_id = "aws"\ncloud_provider = "external"\n' >/tmp/aws-worker.toml
 install_nodectld /tmp/aws-worker.toml
+# Test timers (a debug build only): node-identity's 5 s rechecks for the transient hostname and
+# afterburn's metadata come every 0.3 s (removed at the suite's end).
+mkdir -p /etc/systemd/system/nodectld.service.d
+printf '[Service]\nEnvironment=NODECTL_TEST_TIMERS=scale=1/16\n' >/etc/systemd/system/nodectld.service.d/50-test-timers.conf
 mkdir -p /etc/systemd/system/kubelet.service.d
 printf '[Service]\nEnvironment=KUBELET_IMAGE=%s\n' $STANDIN >/etc/systemd/system/kubelet.service.d/10-image-override.conf
 kubelet_stop_timeout # (clean_node stops it between T1, T2 and T3; none checks that stop)
@@ -175,5 +179,6 @@ expect "T3 as the uid the pod asks for" "$(stat -c %u "/proc/$pid")" 65534
 systemctl stop containerd.service
 systemctl mask containerd.service >/dev/null 2>&1
 rm -rf /etc/containerd
+rm -f /etc/systemd/system/nodectld.service.d/50-test-timers.conf && systemctl daemon-reload
 
 summary typhoon
