@@ -22,6 +22,10 @@ use crate::engine::{Change, Cx, Observation, Step};
 pub(crate) const RESOLV_CONF: &str = "/etc/resolv.conf";
 /// How often a waiting step looks again without an event (transient hostnames raise none).
 const RECHECK: Duration = Duration::from_secs(5);
+/// [`RECHECK`] as this run takes it (test timers shorten it in a debug build).
+fn recheck() -> Duration {
+    crate::util::timers::scaled(RECHECK)
+}
 
 /// The node's name and DNS, waited for.
 pub(crate) struct NodeIdentity;
@@ -105,20 +109,20 @@ impl Step for NodeIdentity {
         async move {
             let name = &cx.settings.node_name;
             if name == "localhost" || name.starts_with("localhost.") {
-                cx.recheck_in(crate::util::timers::scaled(RECHECK));
+                cx.recheck_in(recheck());
                 return Ok(Observation::Waiting(format!(
                     "a hostname other than {name:?} (node.name is not set, so the node is named after its hostname)"
                 )));
             }
             let resolv = crate::util::bounded::read_to_string(&cx.root.path(RESOLV_CONF), crate::util::bounded::MAX_SMALL_BYTES).unwrap_or_default();
             if !dns_configured(&resolv) {
-                cx.recheck_in(crate::util::timers::scaled(RECHECK));
+                cx.recheck_in(recheck());
                 return Ok(Observation::Waiting(format!(
                     "a nameserver in {RESOLV_CONF} (kubelet and the pods need DNS)"
                 )));
             }
             if let Some((service, w)) = metadata_missing(cx) {
-                cx.recheck_in(crate::util::timers::scaled(RECHECK));
+                cx.recheck_in(recheck());
                 let state = cx.systemd.brief(service, false).await?;
                 return Ok(match metadata_service(service, &state) {
                     MetadataService::Start => Observation::Changes(vec![Change::new(

@@ -22,14 +22,14 @@ export NO_COLOR=1
 STANDIN=localhost/kubelet-standin:test
 
 clean_node() {
-  local t u
+  local t u since
   # One at a time, nodectld first (no pass of it starts kubelet again), each stop timed; a slow
   # one shows the journal of its stop. (Stopped together, kubelet went first, a hostname change
   # woke a pass that started it again, and that start, queued behind nodectld's own stop, held
   # nodectld until the 90 s stop timeout: nspawn suite.sh now checks that a stop ends such a pass.)
   for u in nodectld.service kubelet.service afterburn.service; do
     t=$SECONDS
-    local since; since=$(date '+%Y-%m-%d %H:%M:%S')
+    since=$(date '+%Y-%m-%d %H:%M:%S')
     systemctl stop "$u" 2>/dev/null
     [ $((SECONDS - t)) -lt 3 ] || { echo "  | (clean_node: $u's stop took $((SECONDS - t)) s)"
       journalctl -b --since "$since" --no-pager -o short-precise | grep -v audit | tail -25 | cut -c1-250 | sed 's/^/  |   /'; }
