@@ -202,8 +202,7 @@ stop_apiserver_double
 install_nodectld /test/controller.toml
 check "the kernel modules and sysctls from nodectl's Ignition config, applied as at boot" ignition_node_files
 # What ships: both release builds (the status figure is the release CLI's).
-install -m 0755 "$(local_copy nodectld-release)" /usr/local/bin/nodectld && install -m 0755 "$(local_copy nodectl-release)" /usr/local/bin/nodectl
-restorecon /usr/local/bin/nodectld /usr/local/bin/nodectl
+put_bin nodectld-release /usr/local/bin/nodectld && put_bin nodectl-release /usr/local/bin/nodectl
 # nodectld logs as it ships (info): its debug lines (each step's and each placement phase's
 # time) cost journald as much CPU again as the pods' start leaves it (one boot: journald 220 ms
 # with them in a round's window, 110 ms in the glue's), which no user pays. A step's and a

@@ -66,7 +66,7 @@ setup_controller() {
   check "a bootstrap kubeconfig for the API double (then stopped)" start_apiserver_double --ca-key /root/crash-ca.key
   stop_apiserver_double
   install_nodectld /test/controller.toml
-  install -m 0755 "$(local_copy nodectld-release)" /usr/local/bin/nodectld && restorecon /usr/local/bin/nodectld
+  put_bin nodectld-release /usr/local/bin/nodectld
   install -D -m 0600 /root/bootstrap-kubeconfig /etc/kubernetes/kubeconfig
   kubelet_standin
 }

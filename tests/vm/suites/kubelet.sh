@@ -163,8 +163,7 @@ echo "## K5: idle footprint of the release build (target: <= 2 MiB private memor
 # What ships: the release build (packaging's profile), as nodectld.service runs it, on a node
 # that holds its credentials, with kubelet running and FleetLock served; the credentials check
 # talks to the double.
-install -m 0755 "$(local_copy nodectld-release)" /usr/local/bin/nodectld
-restorecon /usr/local/bin/nodectld >/dev/null 2>&1
+put_bin nodectld-release /usr/local/bin/nodectld
 # (Zincati's user exists before the endpoint starts: reboot.fleetlock_users is resolved then)
 id zincati >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin zincati
 printf '[reboot]\nstrategy = "fleet-lock"\n' >/etc/nodectl/config.d/30-reboot.toml
