@@ -519,3 +519,64 @@ fn a_real_clusters_own_choices_are_not_findings() {
     let fix = f["fix"].as_str().unwrap();
     assert!(fix.contains("join later") && fix.contains("rotated"), "{f}");
 }
+
+/// Issue 51, 3: the audit runs inside nodectld's pass, in trees others can write (a
+/// controller's `pki` belongs to uid 65534). A FIFO where it reads a CA, the bootstrap
+/// kubeconfig or the kubelet's certificate blocked it for good (an open for reading waits for
+/// a writer), and a link to `/dev/zero` read until memory ran out. Now each is refused: the
+/// audit ends, with the same findings as with the files absent. (Run under a 1 GiB address
+/// space limit and a 60 s hang bound, so the unfixed code fails rather than hangs or floods.)
+#[test]
+fn a_fifo_or_a_device_where_the_audit_reads_neither_hangs_nor_floods_it() {
+    use nix::sys::stat::Mode;
+    use std::os::unix::fs::symlink;
+    let d = node(WORKER);
+    let r = d.path();
+    let fifo = |p: &str| {
+        let f = r.join(p.trim_start_matches('/'));
+        std::fs::create_dir_all(f.parent().unwrap()).unwrap();
+        nix::unistd::mkfifo(&f, Mode::from_bits_truncate(0o644)).unwrap();
+    };
+    fifo("/etc/kubernetes/ca.crt");
+    fifo("/etc/kubernetes/kubeconfig");
+    fifo("/var/lib/kubelet/pki/kubelet-client-current.pem");
+    std::fs::create_dir_all(r.join("etc/kubernetes/pki/etcd")).unwrap();
+    symlink("/dev/zero", r.join("etc/kubernetes/pki/ca.crt")).unwrap();
+    symlink("/dev/zero", r.join("etc/kubernetes/pki/etcd/ca.crt")).unwrap();
+    std::fs::create_dir_all(r.join("etc/etcd")).unwrap();
+    symlink("/dev/zero", r.join("etc/etcd/etcd.env")).unwrap();
+    let mut child = std::process::Command::new("sh")
+        .args(["-c", "ulimit -v 1048576; exec \"$0\" \"$@\""])
+        .arg(env!("CARGO_BIN_EXE_nodectl"))
+        .arg("--root")
+        .arg(r)
+        .args(["audit", "--json"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if start.elapsed() > std::time::Duration::from_secs(60) {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            panic!("nodectl audit still running after 60 s (blocked on a FIFO?)");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let out = child.wait_with_output().unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(
+        status.code().is_some(),
+        "killed by a signal ({status}): {stderr}"
+    );
+    // What a worker with none of these files has: the bootstrap kubeconfig and the kubelet's
+    // certificate absent are no findings, nor are CAs it cannot read.
+    assert_eq!(ids(&stdout), Vec::<String>::new(), "{stdout}{stderr}");
+}

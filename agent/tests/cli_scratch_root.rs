@@ -575,6 +575,7 @@ fn wait_returns_once_the_steps_are_converged() {
 /// inbox (0600), the operator's copy is removed, and the command returns once it is placed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn import_checks_the_bundle_hands_it_over_and_waits_until_it_is_placed() {
+    use std::os::unix::fs::PermissionsExt;
     let double = apiserver().await;
     let api = bootstrap_in_bundle(&double);
     let d = controller_root();
@@ -590,7 +591,48 @@ async fn import_checks_the_bundle_hands_it_over_and_waits_until_it_is_placed() {
     assert!(assets.exists(), "a refused bundle is left where it was");
     assert!(!r.join("var/lib/nodectl/inbox/typhoon-assets").exists());
 
+    // Issue 51, 6: a bundle another user could write is refused (on the descriptor read),
+    // as the inbox refuses one: group- or world-writable, or owned by someone other than root
+    // or the operator (the user running it, or the one sudo names).
     std::fs::write(&assets, controller_bundle(&api)).unwrap();
+    std::fs::set_permissions(&assets, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let (rc, _, err) = nodectl(&r, &["import", assets.to_str().unwrap(), "--no-wait"]);
+    assert_eq!(rc, 1, "{err}");
+    assert!(
+        err.contains("writable by group or others (mode 0666)"),
+        "{err}"
+    );
+    assert!(!r.join("var/lib/nodectl/inbox/typhoon-assets").exists());
+    std::fs::set_permissions(&assets, std::fs::Permissions::from_mode(0o644)).unwrap();
+    if nix::unistd::getuid().is_root() {
+        let import_as_sudo_of = |uid: &str| {
+            let out = std::process::Command::new(env!("CARGO_BIN_EXE_nodectl"))
+                .arg("--root")
+                .arg(&r)
+                .args(["import", assets.to_str().unwrap(), "--no-wait"])
+                .env("SUDO_UID", uid)
+                .output()
+                .unwrap();
+            (
+                out.status.code(),
+                String::from_utf8_lossy(&out.stderr).into_owned(),
+            )
+        };
+        std::os::unix::fs::chown(&assets, Some(4242), Some(4242)).unwrap();
+        let (rc, err) = import_as_sudo_of("1000");
+        assert_eq!(rc, Some(1), "{err}");
+        assert!(
+            err.contains("is owned by uid 4242, neither root nor the user running the import"),
+            "{err}"
+        );
+        assert!(!r.join("var/lib/nodectl/inbox/typhoon-assets").exists());
+        // Typhoon's own flow: copied as core, imported through sudo by core.
+        let (rc, err) = import_as_sudo_of("4242");
+        assert_eq!(rc, Some(0), "{err}");
+        std::fs::rename(r.join("var/lib/nodectl/inbox/typhoon-assets"), &assets).unwrap();
+    } else {
+        eprintln!("(not root: the bundle's owner cases need chown; CI runs tier 1 as root)");
+    }
     let (root, file) = (r.clone(), assets.clone());
     let import = std::thread::spawn(move || {
         nodectl(

@@ -64,4 +64,33 @@ campaign "crash campaign on real systemd (nodectl apply: every crash point, then
   on_real_systemd_a_pass_killed_anywhere_leaves_nothing_partial_and_the_next_converges $min_apply
 campaign "the daemon's crash campaign (nodectld.service aborted at each crash point)" \
   on_real_systemd_the_daemon_killed_at_each_crash_point_leaves_nothing_partial $min_daemon
+
+echo "## a pass blocked in a system call: systemd's watchdog aborts nodectld and starts it again"
+# Issue 51, 3: a pass that never returns (a read of a FIFO did) hung nodectld for good. The
+# keep-alive comes from the thread passes run on, so a blocked pass stops it. The block: a
+# crash point made to sleep (fail's sleep action), reached only when a file's mode is fixed in
+# place, which the start pass of this converged node does not do. A 2 s watchdog for the test.
+wd=/run/systemd/system/nodectld.service.d/60-test-watchdog.conf
+mkdir -p "${wd%/*}"
+printf '[Service]\nWatchdogSec=2s\nLimitCORE=0\nEnvironment=FAILPOINTS=fsio::fixed=sleep(600000)\n' >"$wd"
+systemctl daemon-reload
+systemctl reset-failed nodectld.service 2>/dev/null
+check "nodectld starts with a 2 s watchdog" systemctl start nodectld.service
+restarts() { systemctl show -p NRestarts --value nodectld.service; }
+sleep 5
+expect "kept alive while idle: no restart over 5 s, 2.5 watchdog periods" "$(systemctl is-active nodectld.service) $(restarts)" "active 0"
+chmod 0600 /etc/sysctl.d/50-nodectl.conf
+systemctl kill -s HUP nodectld.service
+check "a pass blocked (fixing a mode, asleep at the crash point): the watchdog aborts nodectld" \
+  wait_until 30 sh -c '[ "$(systemctl show -p Result --value nodectld.service)" = watchdog ]'
+# (before the restart, RestartSec=5s later: its first pass would block too, before READY,
+# where no watchdog runs)
+chmod 0644 /etc/sysctl.d/50-nodectl.conf
+check "systemd says so" sh -c "journalctl -u nodectld.service --no-pager -o cat | grep -q 'Watchdog timeout'"
+check "and starts it again (Restart=on-failure)" \
+  wait_until 30 sh -c '[ "$(systemctl is-active nodectld.service)" = active ] && [ "$(systemctl show -p NRestarts --value nodectld.service)" = 1 ]'
+systemctl stop nodectld.service
+rm -f "$wd"
+systemctl daemon-reload
+
 summary crash-nspawn

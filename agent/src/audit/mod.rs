@@ -132,7 +132,13 @@ pub(crate) fn audit_os(os_release: &str) -> Vec<Finding> {
 pub(crate) fn os_release(root: &Root) -> String {
     ["/etc/os-release", "/usr/lib/os-release"]
         .iter()
-        .find_map(|p| std::fs::read_to_string(root.path(p)).ok())
+        .find_map(|p| {
+            crate::util::bounded::read_to_string(
+                &root.path(p),
+                crate::util::bounded::MAX_SMALL_BYTES,
+            )
+            .ok()
+        })
         .unwrap_or_default()
 }
 

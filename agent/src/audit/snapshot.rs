@@ -108,11 +108,22 @@ fn has_token(text: &str) -> bool {
     text.lines().any(|l| l.trim_start().starts_with("token:"))
 }
 
-fn mode_and_owner(root: &Root, p: &Path) -> Option<(u32, u32)> {
+fn mode_and_owner(m: &std::fs::Metadata) -> (u32, u32) {
     use std::os::unix::fs::MetadataExt as _;
-    std::fs::metadata(root.path(p))
-        .ok()
-        .map(|m| (m.permissions().mode() & 0o777, m.uid()))
+    (m.permissions().mode() & 0o777, m.uid())
+}
+
+/// A regular file's bytes and metadata, read through one descriptor: no symlink followed (on
+/// the way or at the entry), a FIFO or device refused, at most `MAX_INPUT_BYTES` (certificates,
+/// keys, kubeconfigs and manifests are a few KiB). The audit runs inside nodectld's pass, in
+/// trees other users can write (the controller's `pki` belongs to uid 65534): a FIFO left at
+/// `ca.crt` would otherwise block every later pass, a link to `/dev/zero` fill the memory.
+/// `None` when missing or refused (the checks see no file there).
+fn read_regular(root: &Root, p: &Path) -> Option<(Vec<u8>, std::fs::Metadata)> {
+    let f = crate::fsio::open_regular(root, p).ok()??;
+    let meta = f.metadata().ok()?;
+    let bytes = crate::util::bounded::read_from(&f, crate::util::bounded::MAX_INPUT_BYTES).ok()?;
+    Some((bytes, meta))
 }
 
 impl Snapshot {
@@ -124,7 +135,7 @@ impl Snapshot {
         os_release: &str,
         label_of: &dyn Fn(&Path) -> Option<String>,
     ) -> Snapshot {
-        let read = |p: &Path| std::fs::read(root.path(p)).ok();
+        let read = |p: &Path| read_regular(root, p).map(|(b, _)| b);
         let text = |p: &str| read(Path::new(p)).and_then(|b| String::from_utf8(b).ok());
         let cas = |paths: &[&str]| -> Vec<(PathBuf, Cert)> {
             paths
@@ -177,8 +188,8 @@ fn kube_files(root: &Root) -> Vec<KubeFile> {
     files_under(root, Path::new("/etc/kubernetes"))
         .into_iter()
         .map(|path| {
-            let certs = std::fs::read(root.path(&path))
-                .map(|b| certs(&b))
+            let certs = read_regular(root, &path)
+                .map(|(b, _)| certs(&b))
                 .unwrap_or_default();
             KubeFile { path, certs }
         })
@@ -206,18 +217,18 @@ fn key_files(
     );
     {
         for f in files {
-            let Ok(bytes) = std::fs::read(root.path(&f)) else {
+            let Some((bytes, meta)) = read_regular(root, &f) else {
                 continue;
             };
             if !has_credentials(&String::from_utf8_lossy(&bytes)) {
                 continue;
             }
-            let Some((mode, uid)) = mode_and_owner(root, &f) else {
-                continue;
-            };
-            let dir = f
-                .parent()
-                .and_then(|p| mode_and_owner(root, p).map(|(m, u)| (p.to_path_buf(), m, u)));
+            let (mode, uid) = mode_and_owner(&meta);
+            let dir = f.parent().and_then(|p| {
+                let m = std::fs::symlink_metadata(root.path(p)).ok()?;
+                let (mode, uid) = mode_and_owner(&m);
+                Some((p.to_path_buf(), mode, uid))
+            });
             let node_credential = credential_paths.iter().any(|c| f.starts_with(c));
             let label = if node_credential { label_of(&f) } else { None };
             out.push(KeyFile {

@@ -30,15 +30,42 @@ pub(crate) const IMPORT_NAME: &str = "typhoon-assets";
 /// How often the status is asked again while waiting.
 const EVERY: Duration = Duration::from_millis(200);
 
-/// The bundle read from the operator's file: never through a symlink, a regular file, bounded.
+/// Whether `uid` may own a bundle this import takes: root, the user running it, or the user
+/// who ran it through sudo (Typhoon's `ssh.tf` copies the bundle as `core`, then runs
+/// `sudo /opt/bootstrap/layout`).
+fn trusted_owner(uid: u32) -> bool {
+    let sudo = std::env::var("SUDO_UID")
+        .ok()
+        .and_then(|s| s.parse::<u32>().ok());
+    uid == 0 || uid == nix::unistd::getuid().as_raw() || sudo == Some(uid)
+}
+
+/// The bundle read from the operator's file: never through a symlink, a regular file, bounded,
+/// and (on the descriptor read) owned by root or the operator and writable by no one else, as
+/// the inbox holds its bundles: a bundle another user could write, or wrote in a shared
+/// directory before the operator's copy, would be placed as root.
 fn read_bundle(file: &Path) -> anyhow::Result<Vec<u8>> {
     use std::io::Read;
+    use std::os::unix::fs::MetadataExt as _;
     let f = crate::fsio::open_nofollow(file)
         .with_context(|| format!("opening {} (never through a symlink)", file.display()))?;
     let meta = f
         .metadata()
         .with_context(|| format!("reading {}", file.display()))?;
     anyhow::ensure!(meta.is_file(), "{} is not a regular file", file.display());
+    anyhow::ensure!(
+        trusted_owner(meta.uid()),
+        "{} is owned by uid {}, neither root nor the user running the import: another user \
+         could have written it (copy it yourself, then import the copy)",
+        file.display(),
+        meta.uid()
+    );
+    anyhow::ensure!(
+        meta.mode() & 0o022 == 0,
+        "{} is writable by group or others (mode {:04o}): `chmod go-w` it, or copy it",
+        file.display(),
+        meta.mode() & 0o7777
+    );
     let mut bytes = Vec::new();
     f.take(MAX_BUNDLE_BYTES as u64 + 1)
         .read_to_end(&mut bytes)

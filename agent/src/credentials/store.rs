@@ -163,10 +163,16 @@ pub(crate) fn current(root: &crate::root::Root) -> anyhow::Result<Option<Vec<u8>
     {
         return Ok(None);
     }
-    // A dangling link is an error, not "no certificate".
+    // Through one descriptor: the link followed only to a file beside it (as this store and
+    // kubelet make it), a regular file, bounded. A dangling link is an error, not "no
+    // certificate".
+    let name = || root.path(&link).display().to_string();
+    let f = crate::fsio::open_regular_or_sibling(root, &link)
+        .with_context(name)?
+        .ok_or_else(|| anyhow::anyhow!("{}: points at a file that is not there", name()))?;
     Ok(Some(
-        root.read(&link)
-            .with_context(|| root.path(&link).display().to_string())?,
+        crate::util::bounded::read_from(&f, crate::util::bounded::MAX_INPUT_BYTES)
+            .with_context(name)?,
     ))
 }
 

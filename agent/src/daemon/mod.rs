@@ -141,7 +141,11 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         int: signal(SignalKind::interrupt())?,
     };
     let mut watcher = watcher::Watcher::new(shared.settled.clone()).context("inotify")?;
+    let keepalive = watchdog_keepalive();
     let reboots = converge_loop(&opts, &passes, &mut watcher, &mut signals, &mut rx).await;
+    if let Some(k) = keepalive {
+        k.abort();
+    }
     notify(&[NotifyState::Stopping, NotifyState::Status("stopping")]);
     shared.set_state(State::Stopping).await;
     tracing::info!("stopping on signal");
@@ -153,6 +157,24 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
     }
     drop(conn);
     Ok(())
+}
+
+/// systemd's watchdog (`WatchdogSec=` in the unit): `WATCHDOG=1` every half period, from this
+/// runtime's one thread, the thread passes run on. A pass blocked in a system call (a read that
+/// never returns) stops the keep-alive with it, and systemd aborts nodectld ("Watchdog timeout"
+/// in the journal, `Result=watchdog`) and starts it again (`Restart=on-failure`). Nothing when
+/// the unit asks for no watchdog (tests, `nodectl apply`).
+fn watchdog_keepalive() -> Option<tokio::task::JoinHandle<()>> {
+    let every = sd_notify::watchdog_enabled()? / 2;
+    tracing::debug!("watchdog keep-alive every {} ms", every.as_millis());
+    Some(tokio::spawn(async move {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            notify(&[NotifyState::Watchdog]);
+        }
+    }))
 }
 
 /// Passes until a stop signal; returns the reboot coordination to stop.

@@ -10,11 +10,13 @@ mod attrs;
 mod batch;
 mod deferred;
 mod dirs;
+mod read;
 mod scope;
 mod temp;
 
 pub(crate) use attrs::open_nofollow;
 pub use deferred::Deferred;
+pub(crate) use read::{open_regular, open_regular_or_sibling};
 
 use crate::util::crash_point;
 use std::fmt;
@@ -27,26 +29,6 @@ use nodectl_selinux::{Context, Labeler};
 
 use crate::root::Root;
 use at::Located;
-
-/// Opens the regular file at `node_path` for reading without following a symlink, neither on
-/// the way (see `at`: a link in a directory's place is refused) nor at the entry (`O_NOFOLLOW`):
-/// `None` when it or a directory on the way is missing; an error when something other than a
-/// regular file is there. For files nodectld trusts by their owner, mode and label, which it
-/// then checks on this descriptor.
-pub(crate) fn open_regular(root: &Root, node_path: &Path) -> io::Result<Option<File>> {
-    let at = match at::locate(root, node_path) {
-        Ok(at) => at,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e),
-    };
-    match at.open_file()? {
-        at::Entry::Missing => Ok(None),
-        at::Entry::Other => Err(io::Error::other(
-            "not a regular file (a symlink, directory or device is there)",
-        )),
-        at::Entry::File(f) => Ok(Some(f)),
-    }
-}
 
 /// A file as it should be. `path` is the path on the node (the root is applied by [`Writer`]).
 #[derive(Clone, Debug, PartialEq, Eq)]

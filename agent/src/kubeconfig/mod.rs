@@ -305,17 +305,26 @@ pub(crate) async fn connect_loaded(
         .iter_mut()
         .filter_map(|a| a.auth_info.as_mut())
     {
-        let b64 = |p: &str| -> Result<String, KubeconfigError> {
-            let bytes = root
-                .read(p)
-                .map_err(|e| err(node_path, format!("{p}: {e}")))?;
+        // Each file as `load` checked it (the same resolution: against the kubeconfig's
+        // directory, kept to the node's pki directory), read through one descriptor: no
+        // symlink on the way, at the entry only one naming a file beside it (the current
+        // certificate's link), a regular file, bounded.
+        let b64 = |field: &str, p: &str| -> Result<String, KubeconfigError> {
+            let path = named_file(node_path, field, p, Path::new(NODE_PKI))?;
+            let cannot =
+                |why: String| err(node_path, format!("{field}: {}: {why}", path.display()));
+            let f = crate::fsio::open_regular_or_sibling(root, &path)
+                .map_err(|e| cannot(e.to_string()))?
+                .ok_or_else(|| cannot("not found".into()))?;
+            let bytes = crate::util::bounded::read_from(&f, crate::util::bounded::MAX_INPUT_BYTES)
+                .map_err(|e| cannot(e.to_string()))?;
             Ok(base64::engine::general_purpose::STANDARD.encode(bytes))
         };
         if let Some(p) = user.client_certificate.take() {
-            user.client_certificate_data = Some(b64(&p)?);
+            user.client_certificate_data = Some(b64("client-certificate", &p)?);
         }
         if let Some(p) = user.client_key.take() {
-            user.client_key_data = Some(b64(&p)?.into());
+            user.client_key_data = Some(b64("client-key", &p)?.into());
         }
     }
     // Only the checked CA is trusted (a file named in the kubeconfig is not read again).
@@ -690,6 +699,76 @@ mod tests {
             assert_eq!(got.is_ok(), ok, "{cert}");
             if let Err(e) = got {
                 assert!(e.to_string().contains("client-certificate: "), "{e}");
+            }
+        }
+    }
+
+    /// Issue 51, 5: the client certificate and key are read where `load` checked them: a
+    /// relative path against the kubeconfig's directory (it was read against `/`), through
+    /// the pki directory held, following at the entry only a link to a file beside it (the
+    /// current certificate's, absolute as kubelet makes it, or a bare name); a link out of the
+    /// directory is refused (it was followed anywhere).
+    #[tokio::test]
+    async fn client_files_are_read_where_load_checked_them_never_through_a_link_out() {
+        let (cert, key) = ca();
+        let (ca, _) = ca();
+        let node = "/var/lib/kubelet/kubeconfig";
+        let connect_with = |link_to: &str, named: &str| {
+            let text = crate::csr::node_kubeconfig("https://10.0.0.1:6443", ca.as_bytes(), named);
+            let (d, r) = root_with(node, &text);
+            for dir in ["/var/lib/kubelet/pki", "/etc/kubernetes/pki"] {
+                std::fs::create_dir_all(r.path(dir)).unwrap();
+            }
+            for f in [
+                "/var/lib/kubelet/pki/kubelet-client-2026.pem",
+                "/etc/kubernetes/pki/apiserver.pem",
+            ] {
+                std::fs::write(r.path(f), format!("{cert}{key}")).unwrap();
+            }
+            std::os::unix::fs::symlink(
+                link_to,
+                r.path("/var/lib/kubelet/pki/kubelet-client-current.pem"),
+            )
+            .unwrap();
+            (d, r)
+        };
+        for (link_to, named, ok) in [
+            (
+                "/var/lib/kubelet/pki/kubelet-client-2026.pem",
+                "/var/lib/kubelet/pki/kubelet-client-current.pem",
+                true,
+            ),
+            (
+                "kubelet-client-2026.pem",
+                "pki/kubelet-client-current.pem",
+                true,
+            ),
+            (
+                "/etc/kubernetes/pki/apiserver.pem",
+                "/var/lib/kubelet/pki/kubelet-client-current.pem",
+                false,
+            ),
+            (
+                "../../../../etc/kubernetes/pki/apiserver.pem",
+                "pki/kubelet-client-current.pem",
+                false,
+            ),
+        ] {
+            let (_d, r) = connect_with(link_to, named);
+            let got = connect(&r, Path::new(node), false).await;
+            assert_eq!(
+                got.is_ok(),
+                ok,
+                "{named} -> {link_to}: {:?}",
+                got.err().map(|e| e.to_string())
+            );
+            if let Err(e) = got {
+                let e = e.to_string();
+                assert!(
+                    e.contains("only one naming a file in its own directory is followed"),
+                    "{e}"
+                );
+                assert!(!e.contains("BEGIN"), "{e}");
             }
         }
     }

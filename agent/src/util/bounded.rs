@@ -11,9 +11,23 @@ pub const MAX_SMALL_BYTES: u64 = 64 << 10;
 /// Config fragments considered at most (`*.toml` across the three directories).
 pub const MAX_FRAGMENTS: usize = 256;
 
-/// The file's bytes, or an error (`InvalidData`) when it holds more than `max` bytes.
+/// The file's bytes, or an error (`InvalidData`) when it holds more than `max` bytes, or
+/// (`InvalidInput`) when what is there is not a regular file: a FIFO someone left in a file's
+/// place would block the read for good (it is opened non-blocking, then refused), a link to a
+/// device such as `/dev/zero` would never end.
 pub fn read(p: &Path, max: u64) -> std::io::Result<Vec<u8>> {
-    read_from(std::fs::File::open(p)?, max)
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(p)?;
+    if !f.metadata()?.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a regular file (a FIFO, device or directory is there)",
+        ));
+    }
+    read_from(f, max)
 }
 
 /// [`read`] from an open file (or any reader).
@@ -54,5 +68,21 @@ mod tests {
             .unwrap_err()
             .to_string()
             .starts_with("not UTF-8 text"));
+    }
+
+    #[test]
+    fn a_fifo_or_a_device_is_refused_not_waited_on() {
+        let d = tempfile::tempdir().unwrap();
+        let fifo = d.path().join("ca.crt");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap();
+        // (no writer: a blocking open would wait here for good)
+        let e = super::read(&fifo, 10).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput, "{e}");
+        let zero = d.path().join("key");
+        std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
+        let e = super::read(&zero, 1 << 20).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput, "{e}");
+        let e = super::read(d.path(), 10).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput, "{e}");
     }
 }
