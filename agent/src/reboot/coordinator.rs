@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use super::drain::Drainer;
 use super::fleetlock::{ClientParams, Coordinator, Refusal};
 use super::lease::LeaseLock;
-use super::slots::{Acquire, Holder, Release, Slots};
+use super::slots::{Acquire, Holder, Release, Sightings, Slots};
 use crate::kubeconfig::KubeconfigError;
 
 /// How this node's reboots are coordinated with the rest of its group.
@@ -120,6 +120,9 @@ pub struct LeaseCoordinator {
     status: Mutex<RebootStatus>,
     /// Called after the state changed (the daemon rewrites its metrics).
     on_change: Mutex<Option<OnChange>>,
+    /// When this node saw each holder's entry of its group change, by `clock` (staleness).
+    seen: Mutex<Sightings>,
+    clock: std::time::Instant,
 }
 
 fn now() -> u64 {
@@ -160,6 +163,8 @@ impl LeaseCoordinator {
                 ..Default::default()
             }),
             on_change: Mutex::new(None),
+            seen: Mutex::default(),
+            clock: std::time::Instant::now(),
         }
     }
 
@@ -264,7 +269,8 @@ impl LeaseCoordinator {
         let stale = self.policy.stale_after.as_secs();
         let ((reclaimed, got), slots) = lock
             .modify(|s| {
-                let r = s.reclaim(now(), stale);
+                let mono = self.clock.elapsed().as_secs();
+                let r = s.reclaim(&mut self.seen.lock().expect("sightings"), mono, stale);
                 (
                     r,
                     s.acquire(&p.id, &node, &self.boot_id, now(), self.policy.slots),

@@ -128,34 +128,63 @@ impl Slots {
         }
     }
 
-    /// Removes and returns the slots whose holder has not renewed for `stale_after` seconds.
-    pub fn reclaim(&mut self, now: u64, stale_after: u64) -> Vec<(Holder, String)> {
+    /// Removes (from the count; the entries stay, see `lease`) and returns the slots whose
+    /// holder's entry this node has seen unchanged for more than `stale_after` seconds of its
+    /// own clock (`now`, monotonic, as `seen` counts it). The entries themselves are left as
+    /// they were read: a node's write changes its own entry and nothing else.
+    pub fn reclaim(
+        &mut self,
+        seen: &mut Sightings,
+        now: u64,
+        stale_after: u64,
+    ) -> Vec<(Holder, String)> {
+        seen.keep_only(&self.holders);
         let mut gone = Vec::new();
-        // Times from the future (a clock ahead, or a node writing what it likes: every node may
-        // update the Lease) are clamped to now, so such a slot ages like any other.
-        for h in &mut self.holders {
-            h.renewed = h.renewed.min(now);
-            h.since = h.since.min(now);
-        }
         self.holders.retain(|h| {
-            let why = if now.saturating_sub(h.renewed) > stale_after {
-                Some(format!(
-                    "not renewed for {} s (limit {stale_after} s)",
-                    now.saturating_sub(h.renewed)
-                ))
+            let age = seen.age(h, now);
+            if age > stale_after {
+                gone.push((
+                    h.clone(),
+                    format!("its entry seen unchanged for {age} s (limit {stale_after} s)"),
+                ));
+                false
             } else {
-                None
-            };
-            match why {
-                Some(w) => {
-                    gone.push((h.clone(), w));
-                    false
-                }
-                None => true,
+                true
             }
         });
         self.reclaimed.extend(gone.iter().map(|(h, _)| h.clone()));
         gone
+    }
+}
+
+/// When this node saw each holder's entry take its present value, by this node's own clock
+/// (monotonic seconds), as client-go's leader election judges a leader (`observedTime`, set
+/// when the record changes): the times in an entry are the holder's to write (the Lease policy
+/// lets a node put any values in its own entry, and clocks differ), so they are never compared
+/// with this clock. A future-dated or frozen entry ages like any other; a holder alive renews,
+/// which changes its entry. A new nodectld starts counting at its first sight.
+#[derive(Debug, Default)]
+pub struct Sightings {
+    seen: std::collections::BTreeMap<String, (Holder, u64)>,
+}
+
+impl Sightings {
+    /// Seconds since `h` was first seen as it is now (0 at its first sight, and again after
+    /// any change to it).
+    pub fn age(&mut self, h: &Holder, now: u64) -> u64 {
+        match self.seen.get(&h.node) {
+            Some((was, at)) if was == h => now.saturating_sub(*at),
+            _ => {
+                self.seen.insert(h.node.clone(), (h.clone(), now));
+                0
+            }
+        }
+    }
+
+    /// Forgets the holders no longer in the Lease (what is kept is bounded by one Lease).
+    fn keep_only(&mut self, holders: &[Holder]) {
+        self.seen
+            .retain(|node, _| holders.iter().any(|h| &h.node == node));
     }
 }
 
@@ -211,18 +240,35 @@ mod tests {
         assert!(s.holds("node-a"));
     }
 
+    /// A holder is stale once this node has seen its entry unchanged for the limit, by this
+    /// node's clock: not by the times the entry carries.
     #[test]
     fn stale_holders_are_reclaimed() {
         let mut s = Slots::default();
         s.acquire("a", "n1", "boot-1", 0, 3);
         s.acquire("b", "n2", "boot-1", 100, 3);
         s.acquire("c", "n3", "boot-1", 3000, 3);
-        let out = s.reclaim(3700, 3600);
+        let mut seen = Sightings::default();
+        // First sight at 10 (of this node's clock): however old the entries say they are,
+        // none is stale yet.
+        assert!(s.reclaim(&mut seen, 10, 3600).is_empty());
+        // n2 renews (its entry changes) at 2000; n1 and n3 stay as they were.
+        let mut later = s.clone();
+        later.acquire("b", "n2", "boot-1", 99_999, 3);
+        let out = later.reclaim(&mut seen, 2000, 3600);
+        assert!(out.is_empty(), "{out:?}");
+        let out = later.reclaim(&mut seen, 3611, 3600);
         let ids: Vec<&str> = out.iter().map(|(h, _)| h.id.as_str()).collect();
-        assert_eq!(ids, ["a"]);
-        assert!(out[0].1.contains("not renewed for 3700 s"), "{}", out[0].1);
-        assert_eq!(s.holders.len(), 2);
-        assert!(s.holds("n2") && s.holds("n3"));
+        assert_eq!(ids, ["a", "c"]);
+        assert!(
+            out[0].1.contains("seen unchanged for 3601 s"),
+            "{}",
+            out[0].1
+        );
+        assert_eq!(later.holders.len(), 1);
+        assert!(later.holds("n2"));
+        // The entries are left as they were read: only the count changed.
+        assert_eq!(later.reclaimed[0], s.holders[0]);
     }
 
     /// A steady-state in the boot the slot was granted in keeps it until the reboot counts as
@@ -241,14 +287,34 @@ mod tests {
         assert_eq!(s.may_release("n1", "boot-1", 101, 1800), Ok(()));
     }
 
-    /// A `renewed` far in the future never made a slot stale (issue 14, item 7).
+    /// Issue 51, 1: an entry dated in the future (a node writing what it likes in its own
+    /// entry, or a clock ahead) or frozen ages as any other, and a holder's clock behind or
+    /// ahead of this one's neither holds nor frees a slot: only this node's sightings count.
+    /// (The clamp this replaces rewrote the other's entry, which the Lease policy refuses, so
+    /// the slot never aged.)
     #[test]
-    fn times_from_the_future_are_clamped_so_the_slot_ages() {
-        let mut s = Slots::default();
-        s.acquire("a", "n1", "boot-1", u64::MAX / 2, 1);
-        assert!(s.reclaim(1000, 3600).is_empty());
-        assert_eq!(s.holders[0].renewed, 1000);
-        let out = s.reclaim(1000 + 3601, 3600);
-        assert_eq!(out.len(), 1, "{out:?}");
+    fn future_dated_frozen_or_skewed_entries_age_by_this_nodes_clock() {
+        for (since, renewed) in [(u64::MAX, u64::MAX), (0, 0), (5_000_000_000, 5_000_000_000)] {
+            let mut s = Slots::default();
+            s.holders.push(Holder {
+                id: "x".into(),
+                node: "squatter".into(),
+                since,
+                renewed,
+                boot: "b".into(),
+            });
+            let mut seen = Sightings::default();
+            assert!(s.clone().reclaim(&mut seen, 50, 3600).is_empty());
+            assert!(s.clone().reclaim(&mut seen, 3650, 3600).is_empty());
+            let read = s.clone();
+            let out = s.reclaim(&mut seen, 3651, 3600);
+            assert_eq!(out.len(), 1, "since {since}: {out:?}");
+            assert_eq!(s.reclaimed, read.holders, "the entry itself unchanged");
+            assert_eq!(
+                s.acquire("me", "me", "boot-1", 1, 1),
+                Acquire::Obtained,
+                "since {since}"
+            );
+        }
     }
 }

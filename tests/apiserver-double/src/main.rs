@@ -35,6 +35,12 @@ struct Args {
     /// Write a bootstrap kubeconfig (first token) here once listening.
     #[arg(long)]
     write_bootstrap_kubeconfig: Option<std::path::PathBuf>,
+    /// Serve without `packaging/kubernetes/reboot-lease-policy.yaml`'s admission policy (as a
+    /// cluster before 1.30, or one that did not apply it). By default it is enforced, as on a
+    /// cluster that installed nodectl's manifests: a node adds, changes or removes only its
+    /// own reboot slot entry in a Lease.
+    #[arg(long)]
+    no_reboot_lease_policy: bool,
 }
 
 fn approval(s: &str) -> anyhow::Result<Approval> {
@@ -63,6 +69,7 @@ async fn main() -> anyhow::Result<()> {
             }
             _ => None,
         },
+        reboot_lease_policy: !args.no_reboot_lease_policy,
         ..Options::default()
     };
     let double = Double::start_on(args.listen, opts).await?;

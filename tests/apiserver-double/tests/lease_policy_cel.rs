@@ -20,7 +20,7 @@ use cel_interpreter::{Context, Program, Value as Cel};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use nodectl::reboot::lease::{entry_key, LeaseLock};
-use nodectl::reboot::slots::Acquire;
+use nodectl::reboot::slots::{Acquire, Sightings};
 use nodectl_apiserver_double::{lease_entries_policy, Double, Options, User};
 use serde_json::{json, Value};
 
@@ -807,7 +807,10 @@ async fn every_write_nodectl_makes_passes_the_shipped_cel() {
         .unwrap();
     let (got, _) = c
         .modify(|s| {
-            s.reclaim(10_000, 60);
+            // (seen at 0 of c's clock, unchanged at 61: stale)
+            let mut seen = Sightings::default();
+            s.clone().reclaim(&mut seen, 0, 60);
+            s.reclaim(&mut seen, 61, 60);
             s.acquire("id-c", "c", "boot", 10_000, 2)
         })
         .await

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use nodectl::reboot::lease::{entry_key, LeaseLock, ENTRY_SUFFIX};
-use nodectl::reboot::slots::{Acquire, Release, Slots};
+use nodectl::reboot::slots::{Acquire, Holder, Release, Sightings, Slots};
 use nodectl_apiserver_double::{Double, Options};
 
 fn now() -> u64 {
@@ -312,7 +312,10 @@ async fn with_the_lease_policy_a_node_writes_only_its_own_entry() {
     // ...but takes the slot of a stale holder: a's entry stays, uncounted.
     let (got, slots) = b
         .modify(|s| {
-            s.reclaim(now(), 3600);
+            // (seen at 0 of b's clock, unchanged an hour and a second later: stale)
+            let mut seen = Sightings::default();
+            s.clone().reclaim(&mut seen, 0, 3600);
+            s.reclaim(&mut seen, 3601, 3600);
             s.acquire("idb", "b", "boot-b", now(), 1)
         })
         .await
@@ -334,4 +337,83 @@ async fn with_the_lease_policy_a_node_writes_only_its_own_entry() {
     let (r, _) = admin.modify(|s| s.release("b")).await.unwrap();
     assert_eq!(r, Release::Released);
     assert!(admin.read().await.unwrap().holders.is_empty());
+}
+
+/// Issue 51, 1: with the Lease policy enforced (as `reboot-lease-policy.yaml` makes a real API
+/// server), a node that puts in its own entry times far in the future, or leaves it frozen, or
+/// writes it by a clock far off, does not stop its group: a waiting node sees the entry
+/// unchanged for the limit by its own clock, counts the slot free and takes it writing only its
+/// own entry, and every node of the group reboots in turn. (Before, the reclaim clamped the
+/// other's times to now and wrote them back: the policy refused that write, so the slot never
+/// aged and the group stayed blocked.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_future_dated_frozen_or_skewed_holder_does_not_stop_the_groups_reboots() {
+    let t = now();
+    for (case, since, renewed) in [
+        ("future-dated", u64::MAX, u64::MAX),
+        ("frozen", t - 30, t - 30),
+        ("a clock a year ahead", t + 365 * 86_400, t + 365 * 86_400),
+    ] {
+        let api = Double::start(Options {
+            reboot_lease_policy: true,
+            ..Options::default()
+        })
+        .await
+        .unwrap();
+        let as_node = |n: &str| {
+            let kc = api
+                .client_kubeconfig(&format!("system:node:{n}"), &["system:nodes"])
+                .unwrap();
+            async move { LeaseLock::new(common::client_for(&kc).await, "nodectl-reboot", "workers") }
+        };
+        let squatter = Holder {
+            id: "x".into(),
+            node: "squatter".into(),
+            since,
+            renewed,
+            boot: "b".into(),
+        };
+        let sq = squatter.clone();
+        as_node("squatter")
+            .await
+            .modify(move |s| s.holders.push(sq.clone()))
+            .await
+            .unwrap_or_else(|e| panic!("{case}: the policy lets a node write its own entry: {e}"));
+        for n in ["n1", "n2", "n3"] {
+            let l = as_node(n).await;
+            let mut seen = Sightings::default();
+            let (got, _) = l
+                .modify(|s| {
+                    s.reclaim(&mut seen, 0, 60);
+                    s.acquire(n, n, "boot-1", now(), 1)
+                })
+                .await
+                .unwrap_or_else(|e| panic!("{case}: {n} asks: {e}"));
+            assert_eq!(
+                got,
+                Acquire::Full {
+                    holders: vec!["squatter".into()]
+                },
+                "{case}: {n} at its first sight"
+            );
+            let (got, _) = l
+                .modify(|s| {
+                    s.reclaim(&mut seen, 61, 60);
+                    s.acquire(n, n, "boot-1", now(), 1)
+                })
+                .await
+                .unwrap_or_else(|e| {
+                    panic!("{case}: {n} reclaims (writing only its own entry): {e}")
+                });
+            assert_eq!(got, Acquire::Obtained, "{case}: {n} after the limit");
+            let (r, _) = l.modify(|s| s.release(n)).await.unwrap();
+            assert_eq!(r, Release::Released, "{case}: {n}");
+        }
+        let stored = as_node("n1").await.read().await.unwrap();
+        assert_eq!(
+            stored.holders,
+            vec![squatter],
+            "{case}: the squatter's entry as it wrote it"
+        );
+    }
 }
