@@ -115,8 +115,11 @@ id core >/dev/null 2>&1 || useradd -m core
 chown core: /home/core/assets
 records=$(grep -c '^##### ' /home/core/assets)
 start=$(date +%s%N)
-# (ssh.tf: `sudo /opt/bootstrap/layout` in core's home directory; root here)
-out=$(cd /home/core && /opt/bootstrap/layout 2>&1) || true
+# (ssh.tf: `sudo /opt/bootstrap/layout` as core, in core's home directory. The image has no
+# sudo: root here, with what sudo(8) puts in the environment of the command it runs for core:
+# SUDO_UID, SUDO_GID, SUDO_USER. `nodectl import` takes a bundle owned by root, by the user
+# running it, or by SUDO_UID's; core's copy is core's.)
+out=$(cd /home/core && SUDO_UID=$(id -u core) SUDO_GID=$(id -g core) SUDO_USER=core /opt/bootstrap/layout 2>&1) || true
 echo "$out" | sed 's/^/  | layout: /'
 echo "  | layout took $(( ($(date +%s%N) - start) / 1000000 )) ms"
 check "T2 the layout returned once nodectld placed the bundle" grep -q "placed by nodectld: $records files" <<<"$out"
