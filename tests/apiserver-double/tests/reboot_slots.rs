@@ -26,6 +26,17 @@ async fn lock(api: &Double, group: &str) -> LeaseLock {
     LeaseLock::new(common::client_for(&kc).await, "nodectl-reboot", group)
 }
 
+/// A double with `packaging/kubernetes/reboot-lease-policy.yaml`'s admission, as a cluster
+/// that applied nodectl's manifests has it.
+async fn with_lease_policy() -> Double {
+    Double::start(Options {
+        reboot_lease_policy: true,
+        ..Options::default()
+    })
+    .await
+    .unwrap()
+}
+
 /// The holders each stored version shows (one annotation per holder).
 fn holders_in(history: &[serde_json::Value]) -> Vec<Slots> {
     history
@@ -270,12 +281,7 @@ async fn an_unreadable_holder_list_is_reclaimed_not_a_permanent_error() {
 /// (issue 14, item 7).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_the_lease_policy_a_node_writes_only_its_own_entry() {
-    let api = Double::start(Options {
-        reboot_lease_policy: true,
-        ..Options::default()
-    })
-    .await
-    .unwrap();
+    let api = with_lease_policy().await;
     let as_node = |n: &str| {
         api.client_kubeconfig(&format!("system:node:{n}"), &["system:nodes"])
             .unwrap()
@@ -354,12 +360,7 @@ async fn a_future_dated_frozen_or_skewed_holder_does_not_stop_the_groups_reboots
         ("frozen", t - 30, t - 30),
         ("a clock a year ahead", t + 365 * 86_400, t + 365 * 86_400),
     ] {
-        let api = Double::start(Options {
-            reboot_lease_policy: true,
-            ..Options::default()
-        })
-        .await
-        .unwrap();
+        let api = with_lease_policy().await;
         let as_node = |n: &str| {
             let kc = api
                 .client_kubeconfig(&format!("system:node:{n}"), &["system:nodes"])
