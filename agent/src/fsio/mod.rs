@@ -10,12 +10,14 @@ mod attrs;
 mod batch;
 mod deferred;
 mod dirs;
+mod held;
 mod read;
 mod scope;
 mod temp;
 
 pub(crate) use attrs::open_nofollow;
 pub use deferred::Deferred;
+pub(crate) use held::{hold_with_children, HeldEntry};
 pub(crate) use read::{open_regular, open_regular_or_sibling};
 
 use crate::util::crash_point;

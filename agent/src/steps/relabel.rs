@@ -19,27 +19,34 @@ pub(crate) struct Relabel {
         std::sync::Mutex<std::collections::HashMap<PathBuf, nodectl_selinux::relabel::Tracker>>,
 }
 
+/// A node credential to relabel: held, its label now and the one it should have.
+struct PrivateFix {
+    held: crate::fsio::HeldEntry,
+    cur: nodectl_selinux::Context,
+    want: nodectl_selinux::Context,
+}
+
 impl Relabel {
     pub fn label() -> nodectl_selinux::Context {
         nodectl_selinux::Context::shared_container_file()
     }
 
     /// Private files that carry a container-readable label now, with the label they should
-    /// have (the policy default): (real path, current, wanted).
-    fn private_fixes(
-        cx: &Cx,
-    ) -> Vec<(PathBuf, nodectl_selinux::Context, nodectl_selinux::Context)> {
-        let mut out = Vec::new();
+    /// have (the policy default), each held by its descriptor (`fsio::hold_with_children`: its
+    /// mode and link count read from it, its label read and written through it); and the
+    /// entries left as they are (a file with more than one link), with why.
+    fn private_fixes(cx: &Cx) -> (Vec<PrivateFix>, Vec<String>) {
+        let (mut out, mut left) = (Vec::new(), Vec::new());
         for p in crate::credentials::paths(&cx.settings) {
-            let real = cx.root.path(&p);
-            let mut paths = vec![(p.clone(), real.clone())];
-            if let Ok(rd) = std::fs::read_dir(&real) {
-                for e in rd.flatten() {
-                    paths.push((p.join(e.file_name()), e.path()));
+            let held = match crate::fsio::hold_with_children(&cx.root, &p) {
+                Ok(h) => h,
+                Err(e) => {
+                    left.push(format!("{}: not checked: {e}", cx.root.path(&p).display()));
+                    continue;
                 }
-            }
-            for (node, real) in paths {
-                let Ok(Some(cur)) = cx.labeler.get(&real) else {
+            };
+            for h in held {
+                let Ok(Some(cur)) = cx.labeler.get_fd(&h.fd, &h.real) else {
                     continue;
                 };
                 // Any type containers read (container_ro_file_t, container_share_t, ... too).
@@ -51,21 +58,26 @@ impl Relabel {
                 // relabeling it would make it look placed by root. It is left as it is and
                 // never used (`kubeconfig::trusted_file`) until an operator restores its label
                 // (`restorecon`); the audit reports it as container-readable meanwhile.
-                if node == cx.settings.bootstrap_kubeconfig {
+                if h.node == cx.settings.bootstrap_kubeconfig {
                     continue;
                 }
-                let Ok(meta) = std::fs::symlink_metadata(&real) else {
+                // A hard link: the label is the inode's, another name's too (issue 51, 4).
+                if h.linked() {
+                    left.push(format!(
+                        "{}: not relabeled: it has {} hard links (a link elsewhere would get the label too)",
+                        h.real.display(),
+                        h.nlink
+                    ));
                     continue;
-                };
-                use std::os::unix::fs::MetadataExt;
-                if let Some(want) = cx.labeler.private_for(&node, meta.mode()) {
+                }
+                if let Some(want) = cx.labeler.private_for(&h.node, h.mode) {
                     if want != cur {
-                        out.push((real, cur, want));
+                        out.push(PrivateFix { held: h, cur, want });
                     }
                 }
             }
         }
-        out
+        (out, left)
     }
 
     fn run(
@@ -157,7 +169,7 @@ impl Step for Relabel {
                 return Err(e);
             }
             let trees = t.elapsed();
-            let private = Self::private_fixes(cx);
+            let (private, private_left) = Self::private_fixes(cx);
             tracing::debug!(
                 target: "nodectl::engine",
                 "relabel: {} entries checked in {:.1} ms ({}), node credentials' labels in {:.1} ms",
@@ -185,10 +197,10 @@ impl Step for Relabel {
                     ));
                 }
             }
-            for (real, cur, want) in private {
+            for f in private {
                 changes.push(Change::new(
-                    format!("relabel {} to {want}", real.display()),
-                    format!("a node credential labeled {cur} is readable by containers"),
+                    format!("relabel {} to {}", f.held.real.display(), f.want),
+                    format!("a node credential labeled {} is readable by containers", f.cur),
                 ));
             }
             let how = if reports.iter().any(|(_, r)| r.full_scan) {
@@ -200,6 +212,7 @@ impl Step for Relabel {
                 .iter()
                 .flat_map(|(_, r)| &r.skipped)
                 .map(|e| format!("{}: {}", e.path.display(), e.error))
+                .chain(private_left)
                 .collect();
             let skipped = if skipped.is_empty() {
                 String::new()
@@ -220,9 +233,14 @@ impl Step for Relabel {
     fn apply<'a>(&'a self, cx: &'a Cx) -> BoxFuture<'a, anyhow::Result<()>> {
         async move {
             let reports = self.run(cx, false)?;
-            for (real, cur, want) in Self::private_fixes(cx) {
-                cx.labeler.set_on_path(&real, &want)?;
-                tracing::info!(path = %real.display(), "relabeled a node credential from {cur} to {want} (not readable by containers)");
+            let (fixes, left) = Self::private_fixes(cx);
+            for f in fixes {
+                // Through the descriptor the link count was read from (fsetfilecon).
+                cx.labeler.set_on_fd(&f.held.fd, &f.held.real, &f.want)?;
+                tracing::info!(path = %f.held.real.display(), "relabeled a node credential from {} to {} (not readable by containers)", f.cur, f.want);
+            }
+            for l in left {
+                tracing::warn!("relabel: {l}");
             }
             for (tree, r) in &reports {
                 tracing::info!(tree = %tree.display(), examined = r.examined, changed = r.changed, errors = r.errors.len(), "relabeled {} of {} entries under {}", r.changed, r.examined, tree.display());

@@ -13,17 +13,21 @@
 //! `IN_MOVED_TO`), so the next check reads only what changed since: nothing, when nothing did.
 //! A lost event (queue overflow) or a watch it cannot add makes the next check a full scan.
 
+mod check;
 mod tracker;
 mod walk;
 
 use std::ffi::{CStr, CString};
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use check::check_entries;
+#[cfg(test)]
+use check::BLIND_AFTER;
+pub use check::{set_held, set_raw_fd, Held};
 pub use tracker::{Tracker, FULL_SCAN_EVERY};
 use walk::{Group, Walk};
 
@@ -142,187 +146,6 @@ fn target_bytes(target: &Context) -> Vec<u8> {
 /// `path` is one of `exclude` or below one.
 fn excluded(exclude: &[PathBuf], path: &Path) -> bool {
     exclude.iter().any(|x| path.starts_with(x))
-}
-
-/// After this many entries of one directory in a row whose labels differed, the rest of that
-/// directory is written without reading each label first: a tree labeled otherwise (a first
-/// relabel, a restored backup) pays a read and a write per entry, and the read is a third of
-/// it (the VM benchmark; `chcon -R` never reads). Writing a label that was already right
-/// changes nothing but the inode's ctime; a write refused is checked by a read, so an entry
-/// that was right is never reported as an error. Dry runs always read.
-const BLIND_AFTER: usize = 16;
-
-/// Stack size of a relabel worker thread.
-const WORKER_STACK: usize = 256 << 10;
-
-/// Gives this thread its own working directory (`unshare(CLONE_FS)`), so it may `chdir` without
-/// moving the process's. `false` where that is refused (a seccomp filter): use full paths then.
-fn private_cwd() -> bool {
-    nix::sched::unshare(nix::sched::CloneFlags::CLONE_FS).is_ok()
-}
-
-/// Checks (and unless `dry_run`, fixes) the labels of the grouped entries; returns the report and,
-/// when `collect`, the paths that differ.
-/// A file with more than one link is not relabeled: its label is the inode's, so a hard link
-/// made in the tree to a host file (`/etc/shadow`, on the same filesystem) would carry the
-/// shared label to the host file too. Asked only of an entry whose label is to change (one
-/// `fstatat` on the held directory, never a path); reported, not an error (a container that
-/// links its own files in a tree must not stop the step, and kubelet with it). A failed
-/// `fstatat` counts as linked (skipped).
-fn hardlinked(dir: &OwnedFd, name: &CStr, full: &dyn Fn() -> PathBuf) -> Option<PathError> {
-    use nix::fcntl::AtFlags;
-    match nix::sys::stat::fstatat(Some(dir.as_raw_fd()), name, AtFlags::AT_SYMLINK_NOFOLLOW) {
-        Ok(st) => (st.st_mode & libc::S_IFMT != libc::S_IFDIR && st.st_nlink > 1).then(|| {
-            PathError {
-                path: full(),
-                error: format!(
-                    "not relabeled: it has {} hard links (a link elsewhere would get the label too)",
-                    st.st_nlink
-                ),
-            }
-        }),
-        // Removed since it was listed: nothing to label (the write below finds it gone).
-        Err(nix::errno::Errno::ENOENT) => None,
-        Err(e) => Some(PathError {
-            path: full(),
-            error: format!("not relabeled: its link count cannot be read: {e}"),
-        }),
-    }
-}
-
-fn check_entries(
-    groups: &[Group],
-    target: &[u8],
-    dry_run: bool,
-    collect: bool,
-) -> (Report, Vec<PathBuf>) {
-    let want = &target[..target.len() - 1];
-    let threads = std::env::var("NODECTL_RELABEL_THREADS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| {
-            std::thread::available_parallelism()
-                .map_or(1, |n| n.get())
-                .min(8)
-        });
-    // Split the groups into `threads` runs of about the same number of entries.
-    let total: usize = groups.iter().map(|g| g.names.len()).sum();
-    let per = total.div_ceil(threads.max(1)).max(512);
-    let mut parts: Vec<&[Group]> = Vec::new();
-    let (mut start, mut acc) = (0, 0);
-    for (i, g) in groups.iter().enumerate() {
-        acc += g.names.len();
-        if acc >= per {
-            parts.push(&groups[start..=i]);
-            start = i + 1;
-            acc = 0;
-        }
-    }
-    if start < groups.len() {
-        parts.push(&groups[start..]);
-    }
-    std::thread::scope(|s| {
-        let handles: Vec<_> = parts
-            .into_iter()
-            .map(|part| {
-                // A small stack: the worker needs little, and a 2 MiB one (the default) is what
-                // glibc caches after the thread ends.
-                std::thread::Builder::new()
-                    .stack_size(WORKER_STACK)
-                    .spawn_scoped(s, move || {
-                        let mut r = Report::default();
-                        let mut differ = Vec::new();
-                        let mut buf = vec![0u8; 256];
-                        let relative = private_cwd();
-                        for g in part {
-                            // Into the held directory: never a path resolved again. Without a
-                            // private working directory, through the descriptor's /proc link (the
-                            // directory itself, whatever its path has become).
-                            let dir_ok = relative && nix::unistd::fchdir(g.fd.as_raw_fd()).is_ok();
-                            let via_fd =
-                                PathBuf::from(format!("/proc/self/fd/{}", g.fd.as_raw_fd()));
-                            // Labels of this directory's entries that differed in a row.
-                            let mut streak = 0;
-                            for name in &g.names {
-                                r.examined += 1;
-                                let os = std::ffi::OsStr::from_bytes(name.as_bytes());
-                                let full = || g.dir.join(os);
-                                let abs;
-                                let p: &CStr = if dir_ok {
-                                    name
-                                } else {
-                                    abs = cpath(&via_fd.join(os));
-                                    &abs
-                                };
-                                // (a hard-linked file is never written blind: its label is
-                                // read first, below, and left as it is when it differs)
-                                if !dry_run
-                                    && streak >= BLIND_AFTER
-                                    && hardlinked(&g.fd, name, &full).is_none()
-                                {
-                                    match set_raw(p, target) {
-                                        Ok(()) => {
-                                            r.changed += 1;
-                                            if collect {
-                                                differ.push(full());
-                                            }
-                                            continue;
-                                        }
-                                        // Removed since it was listed: nothing to label.
-                                        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
-                                            continue
-                                        }
-                                        // Refused (a label this process may not relabel
-                                        // from): an error only if it was not right already,
-                                        // as without the blind write; read it below.
-                                        Err(_) => streak = 0,
-                                    }
-                                }
-                                match get_raw(p, &mut buf) {
-                                    Ok(have) if have == want => streak = 0,
-                                    Ok(_) => {
-                                        if let Some(e) = hardlinked(&g.fd, name, &full) {
-                                            r.skipped.push(e);
-                                            continue;
-                                        }
-                                        streak += 1;
-                                        if !dry_run {
-                                            if let Err(e) = set_raw(p, target) {
-                                                r.errors.push(PathError {
-                                                    path: full(),
-                                                    error: format!("setting label: {e}"),
-                                                });
-                                                continue;
-                                            }
-                                        }
-                                        r.changed += 1;
-                                        if collect {
-                                            differ.push(full());
-                                        }
-                                    }
-                                    // Removed since it was listed: nothing to label.
-                                    Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
-                                    Err(e) => r.errors.push(PathError {
-                                        path: full(),
-                                        error: format!("reading label: {e}"),
-                                    }),
-                                }
-                            }
-                        }
-                        (r, differ)
-                    })
-                    .expect("spawning a relabel worker")
-            })
-            .collect();
-        let mut report = Report::default();
-        let mut differ = Vec::new();
-        for h in handles {
-            let (r, d) = h.join().expect("relabel worker");
-            report.merge(r);
-            differ.extend(d);
-        }
-        (report, differ)
-    })
 }
 
 /// Relabels everything under `top` to `target` (a full scan). `dry_run` counts what would
@@ -498,6 +321,48 @@ mod tests {
             assert_eq!(r.skipped[0].path, tree.join("sub/zz-shadow"));
             assert!(r.skipped[0].error.contains("2 hard links"), "{r:?}");
             assert_eq!(label(&tree.join("sub/a")), SHARED);
+        }
+    }
+
+    /// Issue 51, 4: the entry is swapped for a hard link to a host file between its link
+    /// count's check and the label's write (the hook runs there): the write goes to the inode
+    /// that was checked, never to the host file, whether the label was read first or not.
+    #[test]
+    fn an_entry_swapped_for_a_hard_link_after_its_check_does_not_carry_the_label_out() {
+        for blind in [false, true] {
+            let (_d, tree, outside) = setup();
+            if blind {
+                for i in 0..4 * BLIND_AFTER {
+                    let f = tree.join(format!("sub/f{i:03}"));
+                    std::fs::write(&f, "x").unwrap();
+                    set_stored_label(&f, HOST).unwrap();
+                }
+            }
+            let victim = tree.join("sub/zz-victim");
+            std::fs::write(&victim, "x").unwrap();
+            set_stored_label(&victim, HOST).unwrap();
+            let (shadow, sub) = (outside.join("shadow"), tree.join("sub"));
+            let fired = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let f2 = fired.clone();
+            *check::BEFORE_WRITE.lock().unwrap() = Some(Box::new(move |name: &CStr| {
+                if name == c"zz-victim" && !f2.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                    std::fs::hard_link(&shadow, sub.join(".swap")).unwrap();
+                    std::fs::rename(sub.join(".swap"), sub.join("zz-victim")).unwrap();
+                }
+            }));
+            let r = relabel_tree(&labeler(), &tree, &Context::shared_container_file(), false);
+            *check::BEFORE_WRITE.lock().unwrap() = None;
+            assert!(
+                fired.load(std::sync::atomic::Ordering::SeqCst),
+                "the swap happened"
+            );
+            assert_eq!(outside_labels(&outside), [HOST, HOST, HOST], "{r:?}");
+            assert!(r.errors.is_empty(), "{r:?}");
+            // The name now leads to the host file (nlink 2): the next check leaves it, reported.
+            let again = relabel_tree(&labeler(), &tree, &Context::shared_container_file(), false);
+            assert_eq!(outside_labels(&outside), [HOST, HOST, HOST], "{again:?}");
+            assert_eq!(again.skipped.len(), 1, "{again:?}");
+            assert_eq!(again.skipped[0].path, victim);
         }
     }
 

@@ -99,6 +99,19 @@ out=$(nodectl audit --json); rc=$?
 echo "  | nodectl audit: exit $rc, $(jq -r '[.findings[].id] | join(", ")' <<<"$out")"
 expect "the audit finds the bootstrap token still on disk (and nothing about labels or modes)" \
   "$(jq -r '[.findings[].id] | unique | join(",")' <<<"$out")" "bootstrap-token-on-disk"
+# A file containers share, hard-linked into the credentials' directory (same filesystem): its
+# label is the inode's, so nodectld's "credential" relabel would take it from every pod that
+# shares it. It leaves it, checked and labeled through one descriptor (issue 51, 4).
+echo "## K3d: a shared file hard-linked among the credentials keeps its label"
+shared=/var/lib/nodectl-k3d-shared
+echo shared >"$shared" && chcon system_u:object_r:container_file_t:s0 "$shared"
+ln "$shared" /var/lib/kubelet/pki/zz-linked
+# (a new link raises IN_CREATE, which the credentials' watch does not wake a pass for)
+nodectl converge >/dev/null
+check "K3d nodectld leaves it and says why" wait_until 15 sh -c \
+  "nodectl status --json | jq -r '.steps[] | select(.id == \"relabel\") | .detail' | grep -q 'pki/zz-linked: not relabeled: it has 2 hard links'"
+expect "K3d the shared file keeps its label" "$(stat -c %C "$shared")" system_u:object_r:container_file_t:s0
+rm -f /var/lib/kubelet/pki/zz-linked "$shared"
 journalctl -u kubelet.service --no-pager -o cat | grep 'stand-in' | tail -2 | sed 's/^/  | /'
 expect "podman runs the operator's image as container 'kubelet'" "$(podman ps --filter name=^kubelet$ --format '{{.Image}}')" "$STANDIN"
 check "the command line is the rendered one (worker label, config)" sh -c \
