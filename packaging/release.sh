@@ -123,12 +123,13 @@ step "systemd-sysext images"
 packaging/sysext/build.sh "$version" "$out/bin" "$out"
 # the FCOS image's labels, read back from its bytes (file_contexts.fcos applied at build time)
 labels=$(packaging/sysext/erofs-labels.py "$out/fcos/nodectl-$version-x86-64.raw" /usr/bin/nodectld /usr/bin/nodectl \
-  /usr/lib/systemd/system/nodectld.service /usr/lib/systemd/system/multi-user.target.d/10-nodectld.conf \
+  /usr/lib/systemd/system/nodectld.service /usr/lib/systemd/system/nodectld.socket /usr/lib/systemd/system/multi-user.target.d/10-nodectld.conf \
   /usr/share/dbus-1/system.d/org.nodectl.Agent1.conf /usr/lib/extension-release.d/extension-release.nodectl)
 echo "$labels"
 diff <(echo "$labels") <(printf '%s\n' \
   "/usr/bin/nodectld system_u:object_r:bin_t:s0" "/usr/bin/nodectl system_u:object_r:bin_t:s0" \
   "/usr/lib/systemd/system/nodectld.service system_u:object_r:systemd_unit_file_t:s0" \
+  "/usr/lib/systemd/system/nodectld.socket system_u:object_r:systemd_unit_file_t:s0" \
   "/usr/lib/systemd/system/multi-user.target.d/10-nodectld.conf system_u:object_r:systemd_unit_file_t:s0" \
   "/usr/share/dbus-1/system.d/org.nodectl.Agent1.conf system_u:object_r:usr_t:s0" \
   "/usr/lib/extension-release.d/extension-release.nodectl system_u:object_r:lib_t:s0") \

@@ -3,13 +3,14 @@
 # Kubernetes, flatcar/sysext-bakery), from the release binaries in BINDIR:
 #   OUTDIR/flatcar/nodectl-VERSION-x86-64.raw  squashfs (for /opt/extensions/nodectl/)
 #   OUTDIR/fcos/nodectl-VERSION-x86-64.raw     erofs with SELinux labels (for /var/lib/extensions.d/)
-# Both carry usr/bin/{nodectld,nodectl}, nodectld.service (ExecStart from /usr/bin), a
+# Both carry usr/bin/{nodectld,nodectl}, nodectld.service (ExecStart from /usr/bin) and
+# nodectld.socket (FleetLock's port, where Zincati asks nodectld), a
 # multi-user.target drop-in with Upholds=nodectld.service (so nodectld starts on merge), the
 # D-Bus policy, and usr/lib/extension-release.d/extension-release.nodectl (ID=_any: one image
 # for both OSes' /usr, ARCHITECTURE=x86-64). Reproducible: fixed timestamps, files owned by root.
 # SYSEXT_FILE_CONTEXTS: another policy's file_contexts for the erofs labels (the VM tier uses its own).
 set -euo pipefail
-[ $# -eq 3 ] || { sed -n '2,9p' "$0" >&2; exit 2; }
+[ $# -eq 3 ] || { sed -n '2,11p' "$0" >&2; exit 2; }
 version=$1 bindir=$2 out=$3
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
@@ -30,6 +31,9 @@ sed -e 's#/usr/local/bin/#/usr/bin/#g' "$repo/packaging/systemd/nodectld.service
   >"$u/lib/systemd/system/nodectld.service"
 grep -q '^ExecStart=/usr/bin/nodectld$' "$u/lib/systemd/system/nodectld.service" \
   || { echo "build.sh: packaging/systemd/nodectld.service: ExecStart is not /usr/local/bin/nodectld" >&2; exit 1; }
+# FleetLock's port held by systemd (nodectld.service wants it; held where Zincati is told to ask
+# nodectld: its condition)
+install -m 0644 "$repo/packaging/systemd/nodectld.socket" "$u/lib/systemd/system/nodectld.socket"
 cat >"$u/lib/systemd/system/multi-user.target.d/10-nodectld.conf" <<'UNIT'
 # From the nodectl sysext: start nodectld when the image is merged (at boot, or by
 # `systemd-sysext merge` + `systemctl daemon-reload` on a running node), and keep it up.
@@ -39,7 +43,7 @@ UNIT
 install -m 0644 "$repo/packaging/dbus/org.nodectl.Agent1.conf" "$u/share/dbus-1/system.d/"
 printf 'ID=_any\nARCHITECTURE=x86-64\nSYSEXT_SCOPE=system\nIMAGE_ID=nodectl\nIMAGE_VERSION=%s\n' "$version" \
   >"$u/lib/extension-release.d/extension-release.nodectl"
-chmod 0644 "$u/lib/extension-release.d/extension-release.nodectl" "$u/lib/systemd/system/"*.service \
+chmod 0644 "$u/lib/extension-release.d/extension-release.nodectl" "$u/lib/systemd/system/"*.service "$u/lib/systemd/system/"*.socket \
   "$u/lib/systemd/system/multi-user.target.d/"*.conf
 find "$tree" -exec touch -h -d @0 {} +
 name=nodectl-$version-x86-64.raw

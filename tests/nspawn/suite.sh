@@ -181,9 +181,11 @@ CLIENT
 fleetlock() { # PATH ID [PORT] -> the HTTP response; in zincati.service, as Zincati runs
   local u=${AS:-zincati}
   if [ -n "${OUTSIDE:-}" ]; then  # (the uid only, outside the unit)
-    setpriv --reuid="$u" --regid="$(id -g "$u")" --init-groups env GROUP="${GROUP:-workers}" bash /tmp/fleetlock-client "$@"
+    timeout 60 setpriv --reuid="$u" --regid="$(id -g "$u")" --init-groups env GROUP="${GROUP:-workers}" bash /tmp/fleetlock-client "$@"
   else
-    systemd-run --quiet --wait --collect --unit=zincati.service --uid="$u" -p StandardOutput=truncate:/run/fl-out \
+    rm -f /run/fl-out
+    # (RuntimeMaxSec: a request nobody answers ends the call, not the suite)
+    systemd-run --quiet --wait --collect --unit=zincati.service --uid="$u" -p RuntimeMaxSec=60 -p StandardOutput=truncate:/run/fl-out \
       -E GROUP="${GROUP:-workers}" bash /tmp/fleetlock-client "$@"
     cat /run/fl-out
   fi
@@ -239,6 +241,54 @@ check "strategy off (the drop-in removed): coordination stops" wait_until 10 sh 
   'nodectl status --json | jq -e ".reboot == null"'
 check "and the endpoint is gone" sh -c '! (exec 3<>/dev/tcp/127.0.0.1/9456) 2>/dev/null'
 check "and the metrics have no reboot state" sh -c '! grep -q nodectl_reboot_state /run/nodectl/metrics/nodectl.prom'
+
+echo "## FleetLock's port held by systemd (nodectld.socket): nobody else takes it while nodectld is down"
+# What the shipped Fedora CoreOS configs give a node: Zincati told to ask nodectld (the socket's
+# condition) and the socket unit; nodectld.service wants it and starts after it.
+mkdir -p /etc/zincati/config.d
+printf '[updates]\nstrategy = "fleet_lock"\n[updates.fleet_lock]\nbase_url = "http://127.0.0.1:9455/"\n' \
+  >/etc/zincati/config.d/55-nodectl-fleetlock.toml
+install -m 0644 /test/nodectld.socket /etc/systemd/system/nodectld.socket
+systemctl daemon-reload
+printf '[reboot]\nstrategy = "fleet-lock"\n' >/etc/nodectl/config.d/30-reboot.toml
+check "nodectld restarted; its unit starts nodectld.socket first" systemctl restart nodectld.service
+expect "nodectld.socket listening" "$(systemctl is-active nodectld.socket)" active
+check "nodectld took the descriptor systemd passed" wait_until 10 sh -c \
+  "journalctl _SYSTEMD_INVOCATION_ID=\$(systemctl show -p InvocationID --value nodectld.service) -o cat | grep -q 'port is held by systemd (nodectld.socket)'"
+check "nodectld serves FleetLock on it" wait_until 20 sh -c \
+  'nodectl status --json | jq -e ".reboot.endpoint == \"http://127.0.0.1:9455/\""'
+check "and did not bind it itself" sh -c "! journalctl _SYSTEMD_INVOCATION_ID=\$(systemctl show -p InvocationID --value nodectld.service) -o cat | grep -q 'binding 127.0.0.1:9455 here'"
+out=$(fleetlock /v1/steady-state "$id")
+check "Zincati's steady-state is answered (200)" grep -q '^HTTP/1.1 200' <<<"$out"
+systemctl stop nodectld.service 2>/dev/null
+expect "nodectld stopped, the socket still listening" "$(systemctl is-active nodectld.service) $(systemctl is-active nodectld.socket)" "inactive active"
+# take_port: what a squatter tries, SO_REUSEADDR and SO_REUSEPORT set (the port is systemd's:
+# without ReusePort= on its socket the kernel refuses both)
+cat >/tmp/take-port.py <<'PY'
+import socket
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+try:
+    s.bind(("127.0.0.1", 9455)); s.listen(); print("bound")
+except OSError as e:
+    print(e.strerror)
+PY
+expect "nobody cannot bind 127.0.0.1:9455 meanwhile" "$(setpriv --reuid=65534 --regid=65534 --clear-groups python3 /tmp/take-port.py)" "Address already in use"
+expect "nor root" "$(python3 /tmp/take-port.py)" "Address already in use"
+out=$(fleetlock /v1/steady-state "$id")
+check "Zincati's request while nodectld is stopped waits, starts it, and is answered by it (200)" grep -q '^HTTP/1.1 200' <<<"$out"
+expect "nodectld running again (started by the socket)" "$(systemctl is-active nodectld.service)" active
+# reboot.listen elsewhere than the socket: refused by name, nothing bound there
+printf '[reboot]\nstrategy = "fleet-lock"\nlisten = "127.0.0.1:9456"\n' >/etc/nodectl/config.d/30-reboot.toml
+check "a reboot.listen other than the socket's is refused, and the journal says why" wait_until 10 sh -c \
+  "journalctl -u nodectld.service -o cat | grep -q 'nodectld.socket listens on 127.0.0.1:9455, reboot.listen is 127.0.0.1:9456'"
+check "and nothing listens on 127.0.0.1:9456" sh -c '! (exec 3<>/dev/tcp/127.0.0.1/9456) 2>/dev/null'
+systemctl stop nodectld.socket
+rm /etc/nodectl/config.d/30-reboot.toml /etc/zincati/config.d/55-nodectl-fleetlock.toml /etc/systemd/system/nodectld.socket
+systemctl daemon-reload
+check "nodectld restarted without the socket" systemctl restart nodectld.service
+check "and converged" wait_until 30 sh -c 'nodectl status --json | jq -e ".steps | all(.state == \"converged\")"'
 
 echo "## /run/reboot-required: slot, drain, a reboot through logind (intercepted here), release once Ready"
 # logind replaced by fake-logind (tests/testkit): it records Reboot instead of rebooting

@@ -33,6 +33,8 @@ use kubelet::DEFAULT_IMAGE;
 pub use kubelet::{Runtime, PROVIDER_ID_AWS};
 pub use node::{Role, Taint};
 pub use paths::Network;
+#[cfg(test)]
+pub(crate) use reboot::DEFAULT_LISTEN;
 pub use reboot::{RebootPolicy, RebootStrategy};
 #[cfg(test)]
 use schema::{Kind, SCHEMA};

@@ -119,6 +119,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         facts: Default::default(),
         changed: Default::default(),
         settled: Default::default(),
+        fleetlock_socket: reboots::passed_socket(),
     });
     let conn = serve_bus(&opts, &shared).await?;
     let systemd = systemd(&opts.root, conn.as_ref()).await?;

@@ -175,9 +175,7 @@ async fn start(
         return follow(root, s, c, id, shared).await;
     }
     let listen = s.reboot_policy.listen;
-    let listener = tokio::net::TcpListener::bind(listen)
-        .await
-        .with_context(|| format!("listening on {listen} (reboot.listen)"))?;
+    let listener = listener(listen, shared.fleetlock_socket.as_ref()).await?;
     c.set_endpoint(&format!("http://{listen}/"));
     *shared.reboot.lock().expect("reboot") = Some(c.clone());
     tracing::info!(%listen, "serving FleetLock for Zincati on http://{listen}/ (group {})", s.reboot_policy.group);
@@ -186,6 +184,94 @@ async fn start(
         c,
         callers(root, &s.reboot_policy),
     ))))
+}
+
+/// The name `nodectld.socket` gives its descriptor (`FileDescriptorName=`).
+pub(super) const SOCKET_NAME: &str = "fleetlock";
+
+/// The listening TCP socket systemd passed under [`SOCKET_NAME`] (`sd_listen_fds`), if any.
+/// Another descriptor passed, or one that is not a listening TCP socket, is logged and left.
+pub(super) fn passed_socket() -> Option<std::net::TcpListener> {
+    use std::os::fd::FromRawFd;
+    let fds = match sd_notify::listen_fds_with_names() {
+        Ok(fds) => fds,
+        Err(e) => {
+            tracing::warn!("the descriptors systemd passed cannot be read: {e}");
+            return None;
+        }
+    };
+    let mut found = None;
+    for (fd, name) in fds {
+        // Not inherited by what nodectld runs (systemd passes them without FD_CLOEXEC).
+        let _ = nix::fcntl::fcntl(
+            fd,
+            nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC),
+        );
+        if name != SOCKET_NAME || found.is_some() {
+            tracing::warn!(%name, "a descriptor systemd passed that nodectld does not use (only one named {SOCKET_NAME})");
+            continue;
+        }
+        if !is_listening(fd) {
+            tracing::warn!(
+                "the descriptor named {SOCKET_NAME} is not a listening socket: left unused"
+            );
+            continue;
+        }
+        // SAFETY: a listening socket systemd passed to this process, owned from here on.
+        let l = unsafe { std::net::TcpListener::from_raw_fd(fd) };
+        match l.local_addr() {
+            Ok(addr) => {
+                tracing::info!(%addr, "FleetLock's port is held by systemd (nodectld.socket)");
+                found = Some(l);
+            }
+            Err(e) => tracing::warn!("the socket named {SOCKET_NAME}: {e}; left unused"),
+        }
+    }
+    found
+}
+
+/// Whether `fd` is a socket in the listening state (`SO_ACCEPTCONN`).
+fn is_listening(fd: std::os::fd::RawFd) -> bool {
+    let mut v: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: v and len are valid for the call; a descriptor that is no socket gives ENOTSOCK.
+    let r = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_ACCEPTCONN,
+            (&mut v as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    r == 0 && v != 0
+}
+
+/// What FleetLock is served on: a duplicate of the socket systemd holds (`nodectld.socket`),
+/// which must listen on `listen` (`reboot.listen`); without one, `listen` bound here, with a
+/// warning: the port is then free whenever nodectld is not running, for any local process to
+/// take and answer Zincati in its place.
+async fn listener(
+    listen: std::net::SocketAddr,
+    passed: Option<&std::net::TcpListener>,
+) -> anyhow::Result<tokio::net::TcpListener> {
+    let Some(passed) = passed else {
+        tracing::warn!(%listen, "no socket from nodectld.socket: binding {listen} here; while nodectld is not running any local process may take it (systemctl enable --now nodectld.socket)");
+        return tokio::net::TcpListener::bind(listen)
+            .await
+            .with_context(|| format!("listening on {listen} (reboot.listen)"));
+    };
+    let held = passed.local_addr().context("nodectld.socket's address")?;
+    if held != listen {
+        anyhow::bail!(
+            "nodectld.socket listens on {held}, reboot.listen is {listen}: make them the same (reboot.listen, or ListenStream= in a drop-in for nodectld.socket)"
+        );
+    }
+    let dup = passed
+        .try_clone()
+        .context("duplicating nodectld.socket's descriptor")?;
+    dup.set_nonblocking(true)?;
+    Ok(tokio::net::TcpListener::from_std(dup)?)
 }
 
 /// The uids of `reboot.fleetlock_users` (a user this node does not have is logged and left out:
@@ -256,4 +342,47 @@ async fn follow(
             }
         }
     })))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The shipped `nodectld.socket` holds the port `reboot.listen` defaults to and names its
+    /// descriptor as nodectld takes it; a socket on another address is refused by name.
+    #[tokio::test]
+    async fn the_shipped_socket_is_where_reboot_listen_defaults_and_another_is_refused() {
+        let unit = include_str!("../../../packaging/systemd/nodectld.socket");
+        let value = |key: &str| {
+            unit.lines()
+                .find_map(|l| l.strip_prefix(key)?.strip_prefix('='))
+                .unwrap_or_else(|| panic!("{key}= in nodectld.socket"))
+        };
+        assert_eq!(value("ListenStream"), crate::config::DEFAULT_LISTEN);
+        assert_eq!(value("FileDescriptorName"), SOCKET_NAME);
+        // before zincati.service: sockets.target is before basic.target, which it starts after
+        assert_eq!(value("WantedBy"), "sockets.target");
+        let unit = include_str!("../../../packaging/systemd/nodectld.service");
+        assert!(unit.contains("\nWants=nodectld.socket\nAfter=nodectld.socket\n"));
+
+        let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let at = held.local_addr().unwrap();
+        let l = listener(at, Some(&held)).await.unwrap();
+        assert_eq!(
+            l.local_addr().unwrap(),
+            at,
+            "served on a duplicate of the held socket"
+        );
+        drop(l);
+        // The held socket outlives the coordination that served on it.
+        assert!(is_listening(std::os::fd::AsRawFd::as_raw_fd(&held)));
+        let other: std::net::SocketAddr = "127.0.0.1:1".parse().unwrap();
+        let e = listener(other, Some(&held)).await.unwrap_err().to_string();
+        assert!(
+            e.contains(&format!(
+                "nodectld.socket listens on {at}, reboot.listen is {other}"
+            )),
+            "{e}"
+        );
+    }
 }

@@ -107,6 +107,11 @@ pub(super) struct Shared {
     pub(super) changed: tokio::sync::Notify,
     /// Inbox files the kernel said are complete (the watcher marks them, passes read them).
     pub(super) settled: Arc<crate::util::settled::Settled>,
+    /// The FleetLock listening socket systemd holds for nodectld (`nodectld.socket`, named
+    /// `fleetlock`), when it passed one: kept for the daemon's life, each start of reboot
+    /// coordination serves a duplicate of it, so the port is never free while nodectld runs or
+    /// restarts (issue 51, 2).
+    pub(super) fleetlock_socket: Option<std::net::TcpListener>,
 }
 
 impl Shared {

@@ -180,7 +180,18 @@ put_bin nodectld-release /usr/local/bin/nodectld
 # (Zincati's user exists before the endpoint starts: reboot.fleetlock_users is resolved then)
 id zincati >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin zincati
 printf '[reboot]\nstrategy = "fleet-lock"\n' >/etc/nodectl/config.d/30-reboot.toml
+# FleetLock's port as the FCOS configs ship it: Zincati's fragment (the socket's condition) and
+# nodectld.socket, which nodectld.service wants; systemd holds the port, nodectld serves on it.
+mkdir -p /etc/zincati/config.d
+printf '[updates]\nstrategy = "fleet_lock"\n[updates.fleet_lock]\nbase_url = "http://127.0.0.1:9455/"\n' \
+  >/etc/zincati/config.d/55-nodectl-fleetlock.toml
+install -m 0644 /test/nodectld.socket /etc/systemd/system/nodectld.socket
+restorecon /etc/systemd/system/nodectld.socket
+systemctl daemon-reload
 check "K5 the release nodectld starts" systemctl restart nodectld.service
+expect "K5 nodectld.socket holds FleetLock's port (SELinux enforcing)" "$(systemctl is-active nodectld.socket)" active
+check "K5 nodectld serves on the descriptor systemd passed" sh -c \
+  "journalctl _SYSTEMD_INVOCATION_ID=\$(systemctl show -p InvocationID --value nodectld.service) -o cat | grep -q 'port is held by systemd (nodectld.socket)'"
 check "K5 it converges (kubelet active, FleetLock served)" wait_until 60 sh -c \
   'nodectl status --json | jq -e ".daemon.status_line == \"node converged\" and .kubelet.active == \"active\" and .reboot.endpoint != null"'
 sleep 2
@@ -229,11 +240,12 @@ CLIENT
 # (the reply through a file systemd opens: Debian's policy lets dbus-daemon pass no fd of
 # unconfined_t, which systemd-run --pipe needs)
 in_unit() {
-  systemd-run --quiet --wait --collect --unit="$1" --uid=zincati -p StandardOutput=truncate:/run/fl-out \
+  rm -f /run/fl-out
+  systemd-run --quiet --wait --collect --unit="$1" --uid=zincati -p RuntimeMaxSec=60 -p StandardOutput=truncate:/run/fl-out \
     bash -c 'c=$(sed -n "s/^0:://p" /proc/self/cgroup); echo "client in cgroup $c ($(stat -c %i "/sys/fs/cgroup$c"))"; bash /tmp/fl-client'
   cat /run/fl-out
 }
-out=$(setpriv --reuid=zincati --regid="$(id -g zincati)" --init-groups bash /tmp/fl-client)
+out=$(timeout 60 setpriv --reuid=zincati --regid="$(id -g zincati)" --init-groups bash /tmp/fl-client)
 echo "  | root as zincati's uid, outside zincati.service: $(tail -1 <<<"$out" | cut -c1-160)"
 check "K7 a root process with zincati's uid outside zincati.service is refused" grep -q '"kind":"forbidden_peer"' <<<"$out"
 out=$(in_unit other.service)
@@ -241,7 +253,10 @@ check "K7 zincati's uid in another unit is refused" grep -q '"kind":"forbidden_p
 out=$(in_unit zincati.service)
 echo "  | zincati in zincati.service: $(head -1 <<<"$out"); $(tail -1 <<<"$out" | cut -c1-200)"
 check "K7 zincati in zincati.service is served (another node's id: wrong_node, not forbidden_peer)" grep -q '"kind":"wrong_node"' <<<"$out"
-rm /etc/nodectl/config.d/30-reboot.toml
+systemctl stop nodectld.socket
+rm /etc/nodectl/config.d/30-reboot.toml /etc/zincati/config.d/55-nodectl-fleetlock.toml /etc/systemd/system/nodectld.socket
+systemctl daemon-reload
+systemctl restart nodectld.service
 stop_apiserver_double
 
 echo "## K2: flannel's MAC and nodectld's 50-flannel.link"

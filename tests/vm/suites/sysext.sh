@@ -159,7 +159,7 @@ check "daemon-reload" systemctl daemon-reload
 check "nodectld started by the image's Upholds=" wait_until 60 sh -c '[ "$(systemctl is-active nodectld.service)" = active ]'
 [ "$(systemctl is-active nodectld.service)" = active ] || journalctl -u nodectld.service -o cat --no-pager | tail -8 | sed 's/^/  | /'
 expect "nodectld runs /usr/bin/nodectld" "$(readlink /proc/$(systemctl show -p MainPID --value nodectld.service)/exe)" /usr/bin/nodectld
-for f in /usr/bin/nodectld /usr/bin/nodectl /usr/lib/systemd/system/nodectld.service \
+for f in /usr/bin/nodectld /usr/bin/nodectl /usr/lib/systemd/system/nodectld.service /usr/lib/systemd/system/nodectld.socket \
          /usr/share/dbus-1/system.d/org.nodectl.Agent1.conf /usr/lib/extension-release.d/extension-release.nodectl; do
   expect "label of $f is the policy's" "$(stat -c %C "$f")" "$(matchpathcon -n "$f")"
 done
