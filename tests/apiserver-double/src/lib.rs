@@ -931,6 +931,13 @@ fn is_dns_subdomain(s: &str) -> bool {
         })
 }
 
+/// The annotation an operator sets on a group's Lease: who may take a slot in it (an RE2
+/// pattern the node's name must match whole).
+pub const MEMBERS: &str = "nodectl.io/reboot-members";
+
+/// The policy's message for a node outside the members.
+pub const NOT_A_MEMBER: &str = "this node is not a member of the Lease's group (the nodectl.io/reboot-members annotation an operator set): it may not take or renew a slot in it";
+
 /// The ValidatingAdmissionPolicy `nodectl-reboot-lease-entries`
 /// (packaging/kubernetes/reboot-lease-policy.yaml), as the API server would evaluate it for a
 /// write of the Lease `new` over `old` (`None` on CREATE) by `user`. Matched: every member of
@@ -942,6 +949,8 @@ fn is_dns_subdomain(s: &str) -> bool {
 /// holderIdentity and leaseTransitions change, leaseTransitions by at most one (absent counts
 /// as 0) and holderIdentity naming a node with an entry in `new`. A field set to JSON null counts
 /// as absent (the API server drops it when it decodes the object).
+/// Where an operator set [`MEMBERS`] on the stored Lease, only a node whose name matches it
+/// adds or changes its own entry.
 /// tests/lease_policy_cel.rs checks this against the policy's CEL, evaluated by a CEL
 /// interpreter, case by case.
 pub fn lease_entries_policy(
@@ -982,6 +991,19 @@ pub fn lease_entries_policy(
     }
     if was.keys().any(|k| entry(k) && !now.contains_key(k)) {
         return Err("a node may remove only its own reboot slot entry");
+    }
+    // Group membership, where an operator set it: the node's own entry added or changed only
+    // when its name matches the pattern whole (CEL's `matches` with the policy's anchors).
+    if let Some(members) = was.get(MEMBERS) {
+        let member = members.as_str().and_then(|m| {
+            regex::Regex::new(&format!("^system:node:(?:{m})$"))
+                .ok()
+                .map(|r| r.is_match(&user.name))
+        });
+        let taken = now.get(&own).is_some_and(|v| changed(&own, v));
+        if taken && member != Some(true) {
+            return Err(NOT_A_MEMBER);
+        }
     }
     let other = |k: &String| !k.ends_with(SUFFIX);
     if now.iter().any(|(k, v)| other(k) && changed(k, v))

@@ -21,7 +21,9 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use nodectl::reboot::lease::{entry_key, LeaseLock};
 use nodectl::reboot::slots::{Acquire, Sightings};
-use nodectl_apiserver_double::{lease_entries_policy, Double, Options, User};
+use nodectl_apiserver_double::{
+    lease_entries_policy, Double, Options, User, MEMBERS, NOT_A_MEMBER,
+};
 use serde_json::{json, Value};
 
 const NS: &str = "nodectl-reboot";
@@ -183,6 +185,58 @@ async fn through_the_double_a_system_nodes_member_that_is_no_node_is_refused() {
     })
     .await
     .unwrap();
+}
+
+/// Issue 51, 7: an operator names a group's members on its Lease; through the double (the
+/// policy enforced), a node outside them takes no slot, a member renews its own, no node can
+/// change the membership, and without it any node may take a slot as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn through_the_double_only_the_groups_members_take_its_slots() {
+    let api = two_holders().await;
+    write_as(&api, "admin", &["system:masters"], |l| {
+        let a = l.metadata.annotations.get_or_insert_with(Default::default);
+        a.insert(MEMBERS.into(), "a|b".into());
+    })
+    .await
+    .unwrap();
+    let lock = |n: &'static str| {
+        let api = &api;
+        async move { LeaseLock::new(node_client(api, n).await, NS, "default") }
+    };
+    let c = lock("c").await;
+    let e = c
+        .modify(|s| s.acquire("id-c", "c", "boot", 300, 3))
+        .await
+        .expect_err("c is not a member");
+    assert!(e.to_string().contains(NOT_A_MEMBER), "{e}");
+    let a = lock("a").await;
+    let (got, _) = a
+        .modify(|s| s.acquire("id-a", "a", "boot", 300, 3))
+        .await
+        .unwrap();
+    assert_eq!(got, Acquire::Retained, "a member renews its slot");
+    denied(
+        write_as(&api, "system:node:c", NODE, |l| {
+            let a = l.metadata.annotations.get_or_insert_with(Default::default);
+            a.insert(MEMBERS.into(), ".*".into());
+        })
+        .await,
+        "no annotation but its own reboot slot entry",
+    );
+    write_as(&api, "admin", &["system:masters"], |l| {
+        l.metadata.annotations.as_mut().unwrap().remove(MEMBERS);
+    })
+    .await
+    .unwrap();
+    let (got, _) = c
+        .modify(|s| s.acquire("id-c", "c", "boot", 300, 3))
+        .await
+        .unwrap();
+    assert_eq!(
+        got,
+        Acquire::Obtained,
+        "no membership: any node takes a free slot"
+    );
 }
 
 /// The shipped policy's expressions, compiled: (name or message, source, program).
@@ -419,6 +473,14 @@ const SPEC: &str = "only spec.holderIdentity and spec.leaseTransitions";
 const TRANSITIONS: &str = "spec.leaseTransitions may only stay or grow by one";
 const HOLDER: &str = "spec.holderIdentity may only name a node";
 const NOT_A_NODE: &str = "must be a node (system:node:<name>)";
+const MEMBER: &str = "is not a member of the Lease's group";
+
+/// `v` with the operator's group membership (`nodectl.io/reboot-members`) set to `pattern`.
+fn members(v: &Value, pattern: &str) -> Value {
+    edit(v, |l| {
+        l["metadata"]["annotations"][MEMBERS] = json!(pattern)
+    })
+}
 
 fn cases() -> Vec<Case> {
     use Want::*;
@@ -699,6 +761,99 @@ fn cases() -> Vec<Case> {
             Some(base()),
             update(|l| l["spec"]["holderIdentity"] = json!("z")),
             Denied(&[HOLDER]),
+        ),
+        // Group membership, where an operator set it (issue 51, 7).
+        case(
+            "a member takes its slot",
+            a(),
+            Some(members(&base(), "a|b|c")),
+            members(&with_a(200), "a|b|c"),
+            Allowed,
+        ),
+        case(
+            "a member by pattern takes its slot",
+            a(),
+            Some(members(&base(), "[a-c]")),
+            members(&with_a(200), "[a-c]"),
+            Allowed,
+        ),
+        case(
+            "a non-member takes no slot",
+            a(),
+            Some(members(&base(), "b|c")),
+            members(&with_a(200), "b|c"),
+            Denied(&[MEMBER]),
+        ),
+        case(
+            "the pattern matches the whole name, not a part of it",
+            node("ab"),
+            Some(members(&base(), "b")),
+            members(
+                &edit(&base3(), |l| {
+                    l["metadata"]["annotations"][entry_key("ab")] = holder("ab", 200)
+                }),
+                "b",
+            ),
+            Denied(&[MEMBER]),
+        ),
+        case(
+            "a non-member's entry is not renewed",
+            a(),
+            Some(members(&with_a(200), "b|c")),
+            members(
+                &edit(&with_a(200), |l| {
+                    l["metadata"]["annotations"][entry_key("a")] = holder("a", 300)
+                }),
+                "b|c",
+            ),
+            Denied(&[MEMBER]),
+        ),
+        case(
+            "a non-member removes its own entry (a release)",
+            a(),
+            Some(members(&with_a(200), "b|c")),
+            members(&base3(), "b|c"),
+            Allowed,
+        ),
+        case(
+            "a member renews while a non-member's entry stays as it was",
+            node("b"),
+            Some(members(&with_a(200), "b|c")),
+            members(
+                &edit(&with_a(200), |l| {
+                    l["metadata"]["annotations"][entry_key("b")] = holder("b", 400)
+                }),
+                "b|c",
+            ),
+            Allowed,
+        ),
+        case(
+            "a node removes the membership",
+            a(),
+            Some(members(&base(), "b|c")),
+            with_a(200),
+            Denied(&[ANNOTATION, MEMBER]),
+        ),
+        case(
+            "a node widens the membership to itself",
+            a(),
+            Some(members(&base(), "b|c")),
+            members(&with_a(200), ".*"),
+            Denied(&[ANNOTATION, MEMBER]),
+        ),
+        case(
+            "a node creates the Lease with a membership",
+            a(),
+            None,
+            members(&created(&["a"]), "a"),
+            Denied(&[ANNOTATION]),
+        ),
+        case(
+            "an administrator sets the membership",
+            user("kubernetes-admin", &["system:masters"]),
+            Some(base()),
+            members(&base(), "b|c"),
+            NotMatched,
         ),
         // Who is matched.
         case(
