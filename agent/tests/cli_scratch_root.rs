@@ -667,3 +667,28 @@ async fn import_checks_the_bundle_hands_it_over_and_waits_until_it_is_placed() {
         .join("etc/kubernetes/manifests/kube-apiserver.yaml")
         .exists());
 }
+
+/// Issue 40: under the C locale (or another that is not UTF-8) the step table's marks are ASCII;
+/// under a UTF-8 one they are the glyphs.
+#[test]
+fn the_step_marks_are_ascii_outside_a_utf8_locale() {
+    let run = |locale: &str| {
+        let d = scratch(&example_worker());
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_nodectl"))
+            .arg("--root")
+            .arg(d.path())
+            .arg("apply")
+            .env_remove("LC_CTYPE")
+            .env_remove("LANG")
+            .env("LC_ALL", locale)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let ascii = run("C");
+    assert!(ascii.is_ascii(), "{ascii}");
+    assert!(ascii.contains("  + node-files "), "{ascii}");
+    let utf8 = run("C.UTF-8");
+    assert!(utf8.contains("  ✓ node-files "), "{utf8}");
+}

@@ -47,7 +47,7 @@ pub(super) fn run(root: &Root, json: bool, fix: bool) -> anyhow::Result<i32> {
             }))?
         );
     } else {
-        print!("{}", crate::audit::render(&findings));
+        crate::util::locale::print(&crate::audit::render(&findings));
     }
     Ok(crate::audit::exit_code(&findings))
 }

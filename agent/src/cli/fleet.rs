@@ -64,7 +64,7 @@ pub async fn run(kubeconfig: Option<PathBuf>, json: bool) -> anyhow::Result<i32>
     if json {
         println!("{}", serde_json::to_string_pretty(&rows)?);
     } else {
-        print!("{}", fleet::render(&rows));
+        crate::util::locale::print(&fleet::render(&rows));
     }
     Ok(if rows.iter().all(|r| r.ready) { 0 } else { 2 })
 }

@@ -203,7 +203,7 @@ async fn plan(root: &Root, json: bool, detailed_exitcode: bool) -> anyhow::Resul
     if json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
-        print!("{}", status::render_plan(&report, &heading(&cx)));
+        crate::util::locale::print(&status::render_plan(&report, &heading(&cx)));
     }
     Ok(if !report.failed().is_empty() {
         1
@@ -224,7 +224,7 @@ async fn apply(root: &Root, json: bool) -> anyhow::Result<i32> {
     if json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
-        print!("{}", status::render_steps(&report.steps));
+        crate::util::locale::print(&status::render_steps(&report.steps));
         for s in &report.steps {
             if let crate::engine::StepState::Applied { changes } = &s.state {
                 for c in changes {

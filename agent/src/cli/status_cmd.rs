@@ -20,7 +20,7 @@ pub(super) async fn run(root: &Root, json: bool) -> anyhow::Result<i32> {
     if json {
         println!("{}", serde_json::to_string_pretty(&st)?);
     } else {
-        print!("{}", st.render());
+        crate::util::locale::print(&st.render());
     }
     Ok(
         if st.config_error.is_some() || st.steps.iter().any(|s| s.state.name() == "failed") {

@@ -1,7 +1,8 @@
 //! Small pure utilities every layer may use: time formatting, jitter, Kubernetes name syntax,
-//! reboot windows and time zones.
+//! reboot windows and time zones, output for the locale.
 
 pub mod bounded;
+pub mod locale;
 
 /// A crash point (the crash campaign; `nodectl/failpoints` turns on `nodectl-units/failpoints`).
 pub(crate) use nodectl_units::crash_point;
