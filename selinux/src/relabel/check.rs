@@ -9,7 +9,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 
 use super::walk::Group;
-use super::{cpath, get_raw, PathError, Report, XATTR};
+use super::{cpath, get_raw, set_xattr, PathError, Report};
 
 /// After this many entries of one directory in a row whose labels differed, the rest of that
 /// directory is written without reading each label first: a tree labeled otherwise (a first
@@ -59,7 +59,7 @@ fn hardlinked(dir: &OwnedFd, name: &CStr, full: &dyn Fn() -> PathBuf) -> Option<
 
 /// What writing a label through the entry's own descriptor came to.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Held {
+pub(super) enum Held {
     Written,
     /// Not written: the entry (not a directory) has this many hard links.
     Linked(u64),
@@ -71,19 +71,12 @@ pub enum Held {
 /// `O_PATH | O_NOFOLLOW` (a symlink is labeled itself; a FIFO or a device is not opened): the
 /// link count is read from that descriptor and the label written through it, so the entry cannot
 /// be swapped for a hard link to a host file between the check and the write (issue 51, 4).
-/// `value` ends with NUL, as libselinux stores it.
-pub fn set_held(dir: BorrowedFd<'_>, name: &CStr, value: &[u8]) -> io::Result<Held> {
-    set_held_via(dir, name, value, false)
-}
-
-/// [`set_held`]; `in_proc_fd`: this thread's working directory is `/proc/self/fd`, so the
-/// descriptor's link is one component away (a fifth of the cost of the full path).
-fn set_held_via(
-    dir: BorrowedFd<'_>,
-    name: &CStr,
-    value: &[u8],
-    in_proc_fd: bool,
-) -> io::Result<Held> {
+/// `value` ends with NUL, as libselinux stores it. `fsetxattr` refuses `O_PATH` descriptors
+/// (`EBADF`, kernels 6.1 to 6.18), so the write goes through the descriptor's `/proc` link, which
+/// resolves to that inode and nothing else (not followed further), as libselinux's
+/// `fsetfilecon_raw` does; `in_proc_fd`: this thread's working directory is `/proc/PID/fd`, so
+/// the link is one component away.
+fn set_held(dir: BorrowedFd<'_>, name: &CStr, value: &[u8], in_proc_fd: bool) -> io::Result<Held> {
     use nix::fcntl::OFlag;
     let fd = match nix::fcntl::openat(
         Some(dir.as_raw_fd()),
@@ -109,7 +102,7 @@ fn set_held_via(
     } else {
         CString::new(format!("/proc/self/fd/{}", fd.as_raw_fd()))
     };
-    set_raw_path(&via.expect("no NUL in a number"), value)?;
+    set_xattr(&via.expect("no NUL in a number"), value, true)?;
     Ok(Held::Written)
 }
 
@@ -119,34 +112,6 @@ pub(super) static BEFORE_WRITE: std::sync::Mutex<Option<Hook>> = std::sync::Mute
 
 #[cfg(test)]
 pub(super) type Hook = Box<dyn Fn(&CStr) + Send>;
-
-/// Sets the label of what `fd` refers to (an `O_PATH` descriptor included: a symlink's is the
-/// symlink's own). `fsetxattr` refuses `O_PATH` descriptors (`EBADF`, kernels 6.1 to 6.18), so
-/// the write goes through the descriptor's `/proc/self/fd` link, which resolves to that inode and
-/// nothing else (not followed further), as libselinux's `fsetfilecon_raw` does for `O_PATH`.
-pub fn set_raw_fd(fd: BorrowedFd<'_>, value: &[u8]) -> io::Result<()> {
-    let via = CString::new(format!("/proc/self/fd/{}", fd.as_raw_fd())).expect("no NUL");
-    set_raw_path(&via, value)
-}
-
-/// `setxattr` (following a `/proc` descriptor link to its inode) of the label.
-fn set_raw_path(via: &CStr, value: &[u8]) -> io::Result<()> {
-    // SAFETY: via is NUL-terminated; value is valid for value.len() bytes.
-    let r = unsafe {
-        libc::setxattr(
-            via.as_ptr(),
-            XATTR.as_ptr(),
-            value.as_ptr().cast(),
-            value.len(),
-            0,
-        )
-    };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
 
 /// This process's `/proc/PID/fd` (the descriptor table its threads share), held; `None` without
 /// /proc (writes then fail and are reported).
@@ -261,7 +226,7 @@ impl Worker<'_> {
         for &(i, blind) in pending {
             let name = &g.names[i];
             let full = || g.dir.join(std::ffi::OsStr::from_bytes(name.as_bytes()));
-            let e = match set_held_via(g.fd.as_fd(), name, self.target, in_proc) {
+            let e = match set_held(g.fd.as_fd(), name, self.target, in_proc) {
                 Ok(Held::Written) => {
                     self.changed(full);
                     continue;

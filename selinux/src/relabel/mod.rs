@@ -27,7 +27,6 @@ use serde::{Deserialize, Serialize};
 use check::check_entries;
 #[cfg(test)]
 use check::BLIND_AFTER;
-pub use check::{set_held, set_raw_fd, Held};
 pub use tracker::{Tracker, FULL_SCAN_EVERY};
 use walk::{Group, Walk};
 
@@ -115,14 +114,21 @@ pub fn stored_label(path: &Path) -> io::Result<Option<String>> {
 pub fn set_stored_label(path: &Path, label: &str) -> io::Result<()> {
     let mut v = label.as_bytes().to_vec();
     v.push(0);
-    set_raw(&cpath(path), &v)
+    set_xattr(&cpath(path), &v, false)
 }
 
-/// Sets the label of `path` itself; `value` ends with NUL, as libselinux stores it.
-fn set_raw(path: &CStr, value: &[u8]) -> io::Result<()> {
+/// Sets the label of `path` (`value` ends with NUL, as libselinux stores it): of the entry
+/// itself (`lsetxattr`), or where `follow`, of what a `/proc` descriptor link leads to
+/// (`setxattr`).
+fn set_xattr(path: &CStr, value: &[u8], follow: bool) -> io::Result<()> {
+    let set = if follow {
+        libc::setxattr
+    } else {
+        libc::lsetxattr
+    };
     // SAFETY: path is NUL-terminated; value is valid for value.len() bytes.
     let r = unsafe {
-        libc::lsetxattr(
+        set(
             path.as_ptr(),
             XATTR.as_ptr(),
             value.as_ptr().cast(),
