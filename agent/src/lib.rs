@@ -23,7 +23,10 @@ pub mod logging;
 mod memory;
 pub mod reboot;
 pub mod root;
-mod status;
+// Public for the fleet simulation only (agent/tests/fleet_writes.rs drives the reporter's
+// `status::heartbeat`); not an API.
+#[doc(hidden)]
+pub mod status;
 pub mod steps;
 pub mod util;
 

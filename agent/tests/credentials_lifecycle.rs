@@ -333,7 +333,8 @@ async fn a_certificate_the_server_stops_accepting_is_replaced_at_the_next_check(
     let checks = nodectl::credentials::check::spawn_checks(
         node.root.clone(),
         "/var/lib/kubelet/kubeconfig".into(),
-        Duration::from_secs(1),
+        Some(Duration::from_secs(1)),
+        Default::default(),
         node.facts.clone(),
         waker.clone(),
     );

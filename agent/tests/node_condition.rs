@@ -2,7 +2,8 @@
 //! double standing in for the API server, NodeRestriction modelled): nothing before the node
 //! has its own credentials and nothing with the bootstrap token; `True` once converged, `False`
 //! with the failed step as reason while a step fails, back to `True`; heartbeats spaced as
-//! configured; `nodectl status` and the metrics show what was sent and when.
+//! configured, the annotations only on change, one SelfSubjectReview for the node's certificate;
+//! `nodectl status` and the metrics show what was sent and when.
 
 use std::path::Path;
 use std::process::Command;
@@ -121,13 +122,37 @@ async fn the_condition_follows_the_steps_and_beats_as_configured() {
             .filter(|(_, m, p)| m == "PATCH" && p == "/api/v1/nodes/w1/status")
             .count()
     };
-    let (n0, t0) = (count(), Instant::now());
+    // The annotations are written only when they change, never as a heartbeat; the
+    // SelfSubjectReview only for a new certificate (here: the first) or after a 401.
+    let metas = || {
+        node_requests(&api)
+            .iter()
+            .filter(|(_, m, p)| m == "PATCH" && p == "/api/v1/nodes/w1")
+            .count()
+    };
+    let reviews = || {
+        api.requests()
+            .iter()
+            .filter(|(_, _, p)| p == "/apis/authentication.k8s.io/v1/selfsubjectreviews")
+            .count()
+    };
+    let start = Instant::now();
+    while reviews() == 0 && start.elapsed() < Duration::from_secs(20) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (n0, m0, t0) = (count(), metas(), Instant::now());
     tokio::time::sleep(Duration::from_millis(3500)).await;
     let beats = count() - n0;
     assert!(
         (2..=5).contains(&beats),
         "{beats} heartbeats in {:?}",
         t0.elapsed()
+    );
+    assert_eq!(metas(), m0, "annotations written again with no change");
+    assert_eq!(
+        reviews(),
+        1,
+        "one SelfSubjectReview, for the node's first certificate"
     );
     let later = condition(&api, "w1").unwrap();
     assert_eq!(later["lastTransitionTime"], up["lastTransitionTime"]);
@@ -188,6 +213,11 @@ async fn the_condition_follows_the_steps_and_beats_as_configured() {
     std::fs::remove_file(&bad).unwrap();
     let again = until_condition(&api, "True again", |c| c["status"] == "True").await;
     assert_ne!(again["lastTransitionTime"], down["lastTransitionTime"]);
+    assert_eq!(
+        reviews(),
+        1,
+        "no SelfSubjectReview without a new certificate or a 401"
+    );
     // Nothing ever went out with the bootstrap token to the Node, nor for another node.
     for (user, method, path) in node_requests(&api) {
         assert_eq!(user, "system:node:w1", "{method} {path}");

@@ -115,6 +115,19 @@ fn the_shipped_manifests_parse_as_the_api_types_with_nothing_dropped() {
             assert_eq!(verbs, ["patch"], "{rule}");
         }
     }
+    // The Lease verbs nodes get are the ones the API double answers them (and no more).
+    let lease_role = serde_saphyr::from_multiple::<serde_json::Value>(&rbac)
+        .unwrap()
+        .into_iter()
+        .find(|d| d["kind"] == "Role" && d["metadata"]["name"] == "nodectl-reboot-lease")
+        .unwrap();
+    let verbs: Vec<&str> = lease_role["rules"][0]["verbs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert_eq!(verbs, nodectl_apiserver_double::LEASE_VERBS);
     // and a field in the wrong place is caught
     let bad = shipped("rbac.yaml").replacen("  name: ", "  nmae: ", 1);
     let e = check(&bad, "bad.yaml").unwrap_err();

@@ -148,6 +148,18 @@ async fn an_update_waiting_for_reboot_takes_a_slot_drains_and_reboots_through_lo
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert_eq!(reboots.load(Ordering::SeqCst), 0);
+    // While every slot is held it watches the Lease: no reads, however short its retry.
+    let reads = || {
+        api.requests()
+            .iter()
+            .filter(|(u, m, p)| {
+                u == "system:node:flatcar-1" && m == "GET" && p.ends_with("/leases/reboot-default")
+            })
+            .count()
+    };
+    let before = reads();
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(reads(), before, "the Lease read again while waiting");
     // The other node is back: the slot frees, nodectl takes it, drains, reboots.
     other.modify(|s| s.release("flatcar-2")).await.unwrap();
     tokio::time::timeout(Duration::from_secs(10), run)
@@ -200,6 +212,105 @@ async fn an_update_waiting_for_reboot_takes_a_slot_drains_and_reboots_through_lo
         .unwrap();
     assert!(!other.read().await.unwrap().holds("flatcar-1"));
     assert!(api.node("flatcar-1").unwrap()["spec"]["unschedulable"].is_null());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_waiting_for_a_slot_watches_it_and_one_node_takes_it_when_freed() {
+    const WAITING: usize = 6;
+    let api = Double::start(Options::default()).await.unwrap();
+    api.set_node("holder", true);
+    let holder = LeaseLock::new(
+        client(&api, "system:node:holder").await,
+        "nodectl-reboot",
+        "default",
+    );
+    holder
+        .modify(|s| s.acquire("holder", "holder", "boot-1", now(), 1))
+        .await
+        .unwrap();
+    let rebooted = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let mut runs = Vec::new();
+    for i in 0..WAITING {
+        let name = format!("w{i}");
+        api.set_node(&name, true);
+        let c = client(&api, &format!("system:node:{name}")).await;
+        let coordinator = Arc::new(LeaseCoordinator::new(
+            Arc::new(move || {
+                let c = c.clone();
+                async move { Ok(c) }.boxed()
+            }),
+            &name,
+            &name,
+            Policy::default(),
+            Arc::new(|| async { true }.boxed()),
+        ));
+        let (r, n) = (rebooted.clone(), name.clone());
+        let follower = Follower {
+            coordinator,
+            params: ClientParams {
+                id: name.clone(),
+                group: "default".into(),
+            },
+            retry: Duration::from_millis(300),
+            reboot: Arc::new(move || {
+                r.lock().unwrap().push(n.clone());
+                async { Ok(()) }.boxed()
+            }),
+            inhibited: None,
+        };
+        runs.push(tokio::spawn(
+            async move { follower.reboot_for_update().await },
+        ));
+    }
+    let by_waiting = |method: &str, suffix: &str| {
+        api.requests()
+            .iter()
+            .filter(|(u, m, p)| {
+                u.starts_with("system:node:w") && m == method && p.ends_with(suffix)
+            })
+            .count()
+    };
+    // Each asked once, found the slot held, and watches the Lease.
+    let t = std::time::Instant::now();
+    while by_waiting("GET", "/leases") < WAITING {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "not every node watches"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let reads = by_waiting("GET", "/leases/reboot-default");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(
+        by_waiting("GET", "/leases/reboot-default"),
+        reads,
+        "read again while the slot was held (5 retries' time)"
+    );
+    assert!(rebooted.lock().unwrap().is_empty());
+    // Released: one node takes the slot within its jitter; the others see it taken and go on
+    // watching (their jitter is up to the retry here: 300 ms; 20 s in production).
+    let writes_before = by_waiting("PUT", "/leases/reboot-default");
+    holder.modify(|s| s.release("holder")).await.unwrap();
+    let t = std::time::Instant::now();
+    while rebooted.lock().unwrap().is_empty() {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "nobody took the freed slot"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let winners = rebooted.lock().unwrap().clone();
+    assert_eq!(winners.len(), 1, "{winners:?}");
+    let slots = holder.read().await.unwrap();
+    assert!(slots.holds(&winners[0]), "{slots:?}");
+    // The winner's write (taking the slot, then its drain's renewal), and a loser's write only
+    // where two jitters ended within one request of each other (a 409, then full).
+    let writes = by_waiting("PUT", "/leases/reboot-default") - writes_before;
+    assert!((1..=WAITING).contains(&writes), "{writes} Lease writes");
+    for r in runs {
+        r.abort();
+    }
 }
 
 /// update_engine's `StatusUpdate` signal (path, interface and member as the real service sends

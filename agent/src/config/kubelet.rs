@@ -22,12 +22,14 @@ pub(crate) const DEFAULT_KUBECONFIG: &str = "/var/lib/kubelet/kubeconfig";
 pub(crate) const DEFAULT_CLUSTER_DNS: &str = "10.3.0.10";
 /// The cluster's DNS domain.
 pub(crate) const DEFAULT_CLUSTER_DOMAIN: &str = "cluster.local";
-/// Seconds between checks that the API server still accepts the node's certificate.
-pub(crate) const DEFAULT_CREDENTIALS_CHECK_SECS: i64 = 900;
+/// Seconds between checks that the API server still accepts the node's certificate beyond
+/// those a cause asks for (a new certificate, a 401): none by default.
+pub(crate) const DEFAULT_CREDENTIALS_CHECK_SECS: i64 = 0;
 /// The longest interval between those checks (a week; a certificate lives 72 h in Typhoon).
 pub(crate) const MAX_CREDENTIALS_CHECK_SECS: i64 = 7 * 24 * 3600;
-/// The `NodectlReady` condition's heartbeat (node-problem-detector's default too).
-pub(crate) const DEFAULT_CONDITION_HEARTBEAT_SECS: i64 = 300;
+/// The `NodectlReady` condition's heartbeat: 20 min (less up to a tenth, jittered), so a fleet
+/// of 1000 nodes writes its Nodes less than once a second at idle (status/heartbeat.rs).
+pub(crate) const DEFAULT_CONDITION_HEARTBEAT_SECS: i64 = 1200;
 pub(crate) const MAX_CONDITION_HEARTBEAT_SECS: i64 = 24 * 3600;
 
 /// `kubelet.provider_id` that means: from the AWS instance metadata (afterburn on FCOS,

@@ -1,6 +1,6 @@
 //! Whether the API server still accepts the node's certificate: a SelfSubjectReview with the
-//! node kubeconfig (every authenticated user may create one). The daemon asks on a timer and
-//! feeds the answer to the next pass ([`Facts`]).
+//! node kubeconfig (every authenticated user may create one). The daemon asks when there is a
+//! cause (a new certificate, a 401) and feeds the answer to the next pass ([`Facts`]).
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -61,19 +61,31 @@ pub(crate) async fn accepted(root: &Root, kubeconfig: &Path) -> Result<Option<St
 /// How long one check may take.
 pub(crate) const CHECK_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Asks the API server every `every` (the first time at once) whether it still accepts the
-/// node kubeconfig's certificate, for as long as the task runs. A 401 (the certificate revoked,
-/// its CA rotated away) is recorded in `facts` and `wake` is called, so the next pass requests a
-/// certificate with the bootstrap token; an unreachable server changes nothing.
+/// Asks the API server whether it still accepts the node kubeconfig's certificate each time
+/// `recheck` is told (the daemon tells it when a pass found another certificate, and when a
+/// request with the node's certificate was refused with 401), and every `every` if given, for as
+/// long as the task runs. A SelfSubjectReview is a request the API server answers for every
+/// node: only on such a cause, never on a fixed timer by default (issue 40). A 401 (the
+/// certificate revoked, its CA rotated away) is recorded in `facts` and `wake` is called, so the
+/// next pass requests a certificate with the bootstrap token; an unreachable server changes
+/// nothing.
 pub fn spawn_checks(
     root: Root,
     kubeconfig: PathBuf,
-    every: Duration,
+    every: Option<Duration>,
+    recheck: Arc<tokio::sync::Notify>,
     facts: Arc<Facts>,
     wake: Arc<dyn Fn() + Send + Sync>,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         loop {
+            match every {
+                Some(every) => tokio::select! {
+                    _ = recheck.notified() => {}
+                    _ = tokio::time::sleep(every) => {}
+                },
+                None => recheck.notified().await,
+            }
             if root.path(&kubeconfig).is_file() {
                 let verdict = tokio::time::timeout(CHECK_TIMEOUT, accepted(&root, &kubeconfig))
                     .await
@@ -91,12 +103,10 @@ pub fn spawn_checks(
                         wake();
                     }
                     Err(e) => tracing::info!(
-                        "could not check the node's certificate with the API server ({e}); next check in {} s",
-                        every.as_secs()
+                        "could not check the node's certificate with the API server ({e}); checked again at the next refusal or new certificate"
                     ),
                 }
             }
-            tokio::time::sleep(every).await;
         }
     })
 }

@@ -70,9 +70,7 @@ struct Checks {
 impl Checks {
     /// Runs the check while the settings ask for one (restarted when they change).
     fn follow(&mut self, root: &Root, s: Option<&Settings>, shared: &Arc<Shared>) {
-        let want = s
-            .filter(|s| s.credentials_check_secs > 0)
-            .map(|s| (s.kubeconfig.clone(), s.credentials_check_secs));
+        let want = s.map(|s| (s.kubeconfig.clone(), s.credentials_check_secs));
         if let (Some((task, p, every)), Some((wp, wevery))) = (&self.task, &want) {
             if p == wp && every == wevery && !task.is_finished() {
                 return;
@@ -86,7 +84,8 @@ impl Checks {
             let task = crate::credentials::check::spawn_checks(
                 root.clone(),
                 kubeconfig.clone(),
-                Duration::from_secs(every),
+                (every > 0).then(|| Duration::from_secs(every)),
+                shared.recheck_credentials.clone(),
                 shared.facts.clone(),
                 Arc::new(move || {
                     let _ = wake.send(Trigger::Credentials);
@@ -117,6 +116,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         reboot: std::sync::Mutex::new(None),
         reboot_deferred: Default::default(),
         facts: Default::default(),
+        recheck_credentials: Default::default(),
         changed: Default::default(),
         settled: Default::default(),
         fleetlock_socket: reboots::passed_socket(),

@@ -1,7 +1,8 @@
-//! The `NodectlReady` condition and nodectld's annotations on its Node: sent at once when they
-//! change, else every `kubelet.condition_heartbeat_secs`; after a failed request, again after a
-//! capped, jittered backoff (2 s doubling to 5 min) or at the next change once it ends. Never
-//! before the node has its own credentials (status/report.rs checks what it sends with).
+//! The `NodectlReady` condition and nodectld's annotations on its Node, when
+//! [`crate::status::heartbeat`] says they are due (a change, the condition's heartbeat, the end
+//! of a backoff), over one long-lived client ([`KubeNode`]). Never before the node has its own
+//! credentials (status/report.rs checks what it sends with). A 401 asks the credentials check
+//! for a SelfSubjectReview.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -10,12 +11,9 @@ use std::time::Duration;
 use super::shared::Shared;
 use crate::config::Settings;
 use crate::root::Root;
-use crate::status::condition::{self, ConditionReport};
-use crate::status::report::{self, Report};
+use crate::status::heartbeat::Heartbeat;
+use crate::status::report::KubeNode;
 use crate::util::time::now_secs;
-
-const BACKOFF_FIRST: u64 = 2;
-const BACKOFF_MAX: u64 = 300;
 
 /// The reporting task and the settings it runs with.
 #[derive(Default)]
@@ -62,89 +60,28 @@ impl Reporter {
 }
 
 async fn run(root: Root, p: Params, shared: Arc<Shared>) {
-    let mut backoff = BACKOFF_FIRST;
-    let mut retry_at = 0u64;
-    let mut sent_annotations: Vec<(&'static str, String)> = Vec::new();
+    let last = shared.status.lock().await.node_condition.clone();
+    let mut hb = Heartbeat::new(p.heartbeat, last);
+    let mut api = KubeNode::new(root.clone(), p.kubeconfig.clone(), p.node.clone());
     loop {
         let st = shared.snapshot().await;
-        let now = now_secs();
-        let want = condition::condition(&st);
-        let ann = condition::annotations(&st);
-        let last = st.node_condition.clone();
-        let due = condition::due(last.as_ref(), &want, now, p.heartbeat) || ann != sent_annotations;
-        let mut wait = match &last {
-            Some(l) if l.sent_at > 0 => (l.sent_at + p.heartbeat).saturating_sub(now),
-            _ => p.heartbeat,
-        };
-        if due && now >= retry_at {
-            let transition_at = condition::transition_at(last.as_ref(), &want, now);
-            let r = Report {
-                node: &p.node,
-                subject: st.credentials.as_ref().map(|c| c.subject.as_str()),
-                condition: &want,
-                heartbeat_at: now,
-                transition_at,
-                annotations: &ann,
-            };
-            let mut next = ConditionReport {
-                condition: want.clone(),
-                sent_at: now,
-                transition_at,
-                error: None,
-                next_at: now + p.heartbeat,
-            };
-            match report::send(&root, &p.kubeconfig, &r).await {
-                Ok(()) => {
-                    log_sent(last.as_ref(), &want);
-                    backoff = BACKOFF_FIRST;
-                    retry_at = 0;
-                    sent_annotations = ann;
-                    wait = p.heartbeat;
-                }
-                Err(e) => {
-                    // what was sent before stays; the error and the next attempt are added
-                    next = last.clone().unwrap_or_default();
-                    next.error = Some(e.to_string());
-                    if e.waits_for_heartbeat() {
-                        wait = p.heartbeat;
-                        next.next_at = 0;
-                    } else {
-                        tracing::warn!(error = %e, retry_in_s = backoff, "NodectlReady condition not sent");
-                        let jittered =
-                            backoff / 2 + (crate::util::jitter() * (backoff / 2) as f64) as u64;
-                        retry_at = now + jittered.max(1);
-                        wait = jittered.max(1);
-                        next.next_at = retry_at;
-                        backoff = (backoff * 2).min(BACKOFF_MAX);
-                    }
-                }
-            }
-            shared.status.lock().await.node_condition = Some(next);
-            super::metrics::write(&root, &shared).await;
-        } else if due {
-            wait = retry_at.saturating_sub(now).max(1);
+        api.set_credentials(st.credentials.as_ref());
+        let o = hb
+            .step(&st, now_secs(), crate::util::jitter(), &p.node, &mut api)
+            .await;
+        if o.unauthorized {
+            // the API server refused the certificate: ask it (a SelfSubjectReview) whether
+            // the node needs a new one
+            shared.recheck_credentials.notify_one();
         }
+        if let Some(r) = o.report {
+            shared.status.lock().await.node_condition = Some(r);
+            super::metrics::write(&root, &shared).await;
+        }
+        let wait = o.next_at.saturating_sub(now_secs()).max(1);
         tokio::select! {
             _ = shared.changed.notified() => {}
-            _ = tokio::time::sleep(Duration::from_secs(wait.max(1))) => {}
+            _ = tokio::time::sleep(Duration::from_secs(wait)) => {}
         }
-    }
-}
-
-/// The condition sent: a flip, or the first sent since nodectld started, carries its
-/// `MESSAGE_ID` (what an operator alerts on); a heartbeat does not.
-fn log_sent(last: Option<&ConditionReport>, want: &condition::Condition) {
-    let flipped = last.is_none_or(|l| l.sent_at == 0 || l.condition.status != want.status);
-    if flipped {
-        tracing::info!(
-            message_id = crate::logging::ids::CONDITION_CHANGED,
-            status = %want.status,
-            reason = %want.reason,
-            "NodectlReady condition is now {} ({})",
-            want.status,
-            want.reason
-        );
-    } else {
-        tracing::info!(status = %want.status, reason = %want.reason, "NodectlReady condition sent");
     }
 }

@@ -162,6 +162,15 @@ impl Passes {
         let credentials = crate::credentials::read(&self.root)
             .map(|h| Credentials::of(&h, std::time::SystemTime::now()));
         let mut st = self.shared.status.lock().await;
+        let new_certificate = match (&st.credentials, &credentials) {
+            (Some(a), Some(b)) => !a.same_certificate(b),
+            (None, Some(_)) => true,
+            _ => false,
+        };
+        if new_certificate {
+            // (the first pass's too: nodectld started) asked once, not on a timer
+            self.shared.recheck_credentials.notify_one();
+        }
         st.config_error = None;
         st.host = Some(HostStatus::new(&cx.host, &cx.labeler));
         if let Some(a) = audit {

@@ -102,6 +102,9 @@ pub(super) struct Shared {
     pub(super) reboot_deferred: AtomicBool,
     /// What the credentials check learnt, read by every pass.
     pub(super) facts: Arc<Facts>,
+    /// Tells the credentials check to ask the API server (a pass found another certificate, a
+    /// request was refused with 401).
+    pub(super) recheck_credentials: Arc<tokio::sync::Notify>,
     /// Told after each pass and each reboot state change (the Node condition reporter waits
     /// on it).
     pub(super) changed: tokio::sync::Notify,

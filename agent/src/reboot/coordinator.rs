@@ -248,6 +248,27 @@ impl LeaseCoordinator {
         self.drain(p, slots, &drainer).await
     }
 
+    /// Waits until the group's Lease shows a free slot, by watch, then a random `0..jitter`
+    /// more (see [`LeaseLock::wait_free`]); or until the watch ends (`timeout`, jittered).
+    pub async fn wait_for_slot(
+        &self,
+        group: &str,
+        jitter: Duration,
+        timeout: Duration,
+    ) -> Result<super::lease::WaitEnd, Refusal> {
+        let (client, _) = self.client().await?;
+        let lock = LeaseLock::new(client, &self.policy.namespace, group);
+        lock.wait_free(
+            &self.node,
+            self.policy.slots,
+            jitter,
+            timeout,
+            crate::util::jitter,
+        )
+        .await
+        .map_err(internal)
+    }
+
     /// Takes (or keeps) a slot of the group: reclaims the slots of stale holders,
     /// refuses outside the reboot windows and when every slot is held.
     async fn take_slot(&self, p: &ClientParams, lock: &LeaseLock) -> Result<Slots, Refusal> {

@@ -241,6 +241,74 @@ impl LeaseLock {
     }
 }
 
+impl LeaseLock {
+    /// Waits, by watching the Lease (one long request, no reads in between), until it shows a
+    /// free slot (fewer than `max` holders, or one held by `node` itself) and stays free for a
+    /// random `0..jitter` after that, so a fleet that saw the same
+    /// release does not rush the API server at once: the first node whose wait ends takes the
+    /// slot, and the others see it taken before theirs ends and go on waiting. Ends too when the
+    /// watch does (after `timeout`, jittered: the caller then asks again, which is when stale
+    /// holders are reclaimed). `rand` draws the jitter (0..1).
+    pub async fn wait_free(
+        &self,
+        node: &str,
+        max: usize,
+        jitter: Duration,
+        timeout: Duration,
+        mut rand: impl FnMut() -> f64,
+    ) -> Result<WaitEnd, LeaseError> {
+        use futures_util::{StreamExt, TryStreamExt};
+        use kube::api::{WatchEvent, WatchParams};
+        let secs = (timeout.as_secs_f64() * (0.8 + 0.2 * rand())).max(1.0) as u32;
+        let wp = WatchParams::default()
+            .fields(&format!("metadata.name={}", self.name))
+            .timeout(secs);
+        let mut events = self
+            .api
+            .watch(&wp, "0")
+            .await
+            .map_err(|e| self.err(e))?
+            .boxed();
+        let mut ends: Option<std::pin::Pin<Box<tokio::time::Sleep>>> = None;
+        // Nothing is known before the first event: the Lease as it is now, sent as ADDED (one
+        // deleted meanwhile sends nothing, and is found free when the watch ends).
+        let mut free = false;
+        loop {
+            if free && ends.is_none() {
+                ends = Some(Box::pin(tokio::time::sleep(jitter.mul_f64(rand()))));
+            } else if !free {
+                ends = None;
+            }
+            let ev = match ends.as_mut() {
+                Some(e) => tokio::select! {
+                    _ = e => return Ok(WaitEnd::Free),
+                    ev = events.try_next() => ev,
+                },
+                None => events.try_next().await,
+            };
+            match ev.map_err(|e| self.err(e))? {
+                Some(WatchEvent::Added(l)) | Some(WatchEvent::Modified(l)) => {
+                    let (slots, _) = slots_of(&l);
+                    free = slots.holds(node) || slots.holders.len() < max;
+                }
+                Some(WatchEvent::Deleted(_)) => free = true,
+                Some(WatchEvent::Bookmark(_)) => {}
+                Some(WatchEvent::Error(e)) => return Err(self.err(e.message)),
+                None => return Ok(WaitEnd::Timeout),
+            }
+        }
+    }
+}
+
+/// Why [`LeaseLock::wait_free`] returned.
+#[derive(Debug, PartialEq, Eq)]
+pub enum WaitEnd {
+    /// A slot is free (and stayed free for the jitter).
+    Free,
+    /// The watch ended with no free slot seen long enough.
+    Timeout,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

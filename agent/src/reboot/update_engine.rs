@@ -79,6 +79,14 @@ pub fn logind_reboot(conn: zbus::Connection) -> Reboot {
     })
 }
 
+/// A node waiting for a slot asks again at a random time up to this long after it saw one
+/// freed (the fleet waiting with it does not ask at once; issue 40).
+pub const SLOT_JITTER: Duration = Duration::from_secs(20);
+/// How long one watch of the reboot Lease lasts (less up to a fifth) before the slot is asked
+/// for again (when stale holders are reclaimed: `reboot.stale_after_secs` is an hour by
+/// default, so this delays a reclaim by at most a quarter of that).
+pub const SLOT_WATCH: Duration = Duration::from_secs(900);
+
 /// Follows update_engine on Flatcar and reboots for updates through the coordinator's slots.
 pub struct Follower {
     /// Takes and gives back the slot and drains, as for FleetLock.
@@ -129,6 +137,28 @@ impl Follower {
                         "{msg}; rebooting through logind"
                     );
                     return (self.reboot)().await;
+                }
+                Err(r) if r.kind == "lock_held" => {
+                    // every slot held: watch the Lease until one is free (no reads meanwhile),
+                    // then a jitter, so the fleet waiting with this node does not ask at once
+                    tracing::info!(kind = r.kind, "waiting to reboot: {}", r.value);
+                    let group = &self.params.group;
+                    let wait = self.retry.max(Duration::from_secs(1));
+                    match self
+                        .coordinator
+                        .wait_for_slot(group, wait.min(SLOT_JITTER), SLOT_WATCH)
+                        .await
+                    {
+                        Ok(end) => tracing::debug!(?end, "the reboot Lease's watch ended"),
+                        Err(e) => {
+                            tracing::info!(
+                                "watching the reboot Lease: {}; asking again in {} s",
+                                e.value,
+                                wait.as_secs()
+                            );
+                            tokio::time::sleep(wait).await;
+                        }
+                    }
                 }
                 Err(r) => {
                     tracing::info!(kind = r.kind, "waiting to reboot: {}", r.value);

@@ -1,6 +1,6 @@
 //! What nodectld tells the cluster about itself, from its status (pure): the `NodectlReady`
 //! condition on its Node (as node-problem-detector reports its own conditions), the annotations
-//! an operator or a dashboard reads at a glance, and when a report is due.
+//! an operator or a dashboard reads at a glance (when each is written: [`super::heartbeat`]).
 //!
 //! Condition: `True` (reason `Converged`) when every step converged; `False` when a step failed
 //! (reason `<Step>Failed`, e.g. `KubeletCredentialsFailed`, the step's error as message); else
@@ -120,15 +120,6 @@ pub fn annotations(st: &Status) -> Vec<(&'static str, String)> {
     out
 }
 
-/// Whether a report is due at `now`: the condition changed since the last one sent, or the
-/// heartbeat is due. Nothing sent yet: due.
-pub fn due(last: Option<&ConditionReport>, want: &Condition, now: u64, heartbeat: u64) -> bool {
-    match last {
-        Some(l) if l.sent_at > 0 => l.condition != *want || now >= l.sent_at + heartbeat,
-        _ => true,
-    }
-}
-
 /// `lastTransitionTime` for `want` sent at `now`: kept while the status stays the same.
 pub fn transition_at(last: Option<&ConditionReport>, want: &Condition, now: u64) -> u64 {
     match last {
@@ -223,6 +214,7 @@ mod tests {
 
     #[test]
     fn reports_go_out_on_a_change_or_a_heartbeat_and_transitions_keep_their_time() {
+        use crate::status::heartbeat::condition_due_at as due_at;
         let up = Condition {
             status: "True".into(),
             reason: "Converged".into(),
@@ -233,20 +225,26 @@ mod tests {
             reason: "SecretsFailed".into(),
             message: "e".into(),
         };
-        assert!(due(None, &up, 100, 300));
+        assert_eq!(due_at(None, &up, 0), 0);
         let sent = ConditionReport {
             condition: up.clone(),
             sent_at: 100,
             transition_at: 40,
             ..ConditionReport::default()
         };
-        assert!(!due(Some(&sent), &up, 399, 300));
-        assert!(due(Some(&sent), &up, 400, 300));
-        assert!(due(Some(&sent), &down, 101, 300));
+        // the heartbeat as set after the write
+        assert_eq!(due_at(Some(&sent), &up, 400), 400);
+        assert_eq!(due_at(Some(&sent), &down, 400), 0);
+        let other_message = Condition {
+            message: "m2".into(),
+            ..up.clone()
+        };
+        assert_eq!(due_at(Some(&sent), &other_message, 400), 160);
+        assert_eq!(due_at(Some(&sent), &other_message, 130), 130);
         assert_eq!(transition_at(Some(&sent), &up, 400), 40);
         assert_eq!(transition_at(Some(&sent), &down, 400), 400);
         let never = ConditionReport { sent_at: 0, ..sent };
-        assert!(due(Some(&never), &up, 101, 300));
+        assert_eq!(due_at(Some(&never), &up, 400), 0);
         assert_eq!(transition_at(Some(&never), &up, 101), 101);
     }
 }

@@ -3,6 +3,7 @@
 
 pub mod condition;
 pub mod fleet;
+pub mod heartbeat;
 pub mod metrics;
 pub mod report;
 mod text;
@@ -93,6 +94,12 @@ pub struct Credentials {
 }
 
 impl Credentials {
+    /// The same certificate (its expiry countdown aside).
+    pub fn same_certificate(&self, other: &Credentials) -> bool {
+        (&self.subject, &self.not_before, &self.not_after)
+            == (&other.subject, &other.not_before, &other.not_after)
+    }
+
     /// The node's certificate, as of `now`.
     pub fn of(h: &crate::credentials::Held, now: std::time::SystemTime) -> Credentials {
         let secs = |t: std::time::SystemTime| match t.duration_since(now) {

@@ -38,6 +38,9 @@ use base64::Engine as _;
 use bytes::Bytes;
 use http_body_util::{combinators::BoxBody, BodyExt, Full, StreamBody};
 use hyper::body::{Frame, Incoming};
+
+/// A request with its body read (bodies here are small: patches, objects, CSRs).
+type Req = Request<Bytes>;
 use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{json, Value};
 use tokio::sync::broadcast;
@@ -105,8 +108,37 @@ pub struct User {
 struct Event {
     rv: u64,
     kind: &'static str,
+    /// `certificatesigningrequests` or `leases`.
+    resource: &'static str,
     object: Value,
 }
+
+/// What a watch follows: one resource, in one namespace (Leases), by name or all.
+#[derive(Clone)]
+struct Watched {
+    resource: &'static str,
+    namespace: Option<String>,
+    name: Option<String>,
+}
+
+impl Watched {
+    fn matches(&self, e: &Event) -> bool {
+        e.resource == self.resource
+            && self
+                .namespace
+                .as_deref()
+                .is_none_or(|ns| e.object["metadata"]["namespace"] == ns)
+            && self
+                .name
+                .as_deref()
+                .is_none_or(|n| e.object["metadata"]["name"] == n)
+    }
+}
+
+/// The verbs the shipped Role `nodectl-reboot-lease` (packaging/kubernetes/rbac.yaml) grants
+/// nodes on Leases; the double answers nodes only these (agent/tests/shipped_manifests.rs holds
+/// the two together).
+pub const LEASE_VERBS: &[&str] = &["get", "create", "update", "watch"];
 
 struct State {
     rv: u64,
@@ -215,6 +247,34 @@ fn fail(code: StatusCode, reason: &str, message: &str) -> Response<Body> {
 }
 
 impl Double {
+    /// Answers `req` as the API server would answer `user`, with no connection: the same
+    /// routing, authorization, admission (the Lease policy included) and storage as over TLS,
+    /// recorded in [`Double::requests`] alike; no authentication, faults or transport. For
+    /// simulations of many nodes (a thousand TLS clients would measure the machine, not the
+    /// protocol). Not for watches (their answer does not end). Returns the status and the body.
+    pub async fn call_as(&self, user: &User, req: Request<Bytes>) -> (StatusCode, Value) {
+        let resp = self.respond_as(user, req).await;
+        let code = resp.status();
+        let body = resp
+            .into_body()
+            .collect()
+            .await
+            .map(|b| b.to_bytes())
+            .unwrap_or_default();
+        (code, serde_json::from_slice(&body).unwrap_or(Value::Null))
+    }
+
+    /// As [`Double::call_as`], with the answer as it would stream (watches included): the
+    /// service behind an in-process client (a `kube::Client` over `tower::service_fn`), so a
+    /// simulation runs nodectl's own API code for many nodes, in virtual time.
+    pub async fn respond_as(
+        &self,
+        user: &User,
+        req: Request<Bytes>,
+    ) -> Response<BoxBody<Bytes, Infallible>> {
+        route(self.inner.clone(), user.clone(), req).await
+    }
+
     /// Starts on 127.0.0.1 (a free port) with a fresh CA.
     pub async fn start(opts: Options) -> anyhow::Result<Double> {
         Self::start_on("127.0.0.1:0".parse()?, opts).await
@@ -589,9 +649,10 @@ fn serve(
                 // Fired to drop this connection mid-answer (Fault::CutWatch).
                 let cut = Arc::new(tokio::sync::Notify::new());
                 let cut_conn = cut.clone();
-                let svc = hyper::service::service_fn(move |req| {
+                let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
                     let (inner, peer, cut) = (inner.clone(), peer.clone(), cut.clone());
                     async move {
+                        let req = read_body(req).await;
                         let path = req.uri().path().to_string();
                         let at = inner.started.elapsed();
                         let method = req.method().to_string();
@@ -635,7 +696,7 @@ fn serve(
     })
 }
 
-fn authenticate(inner: &Inner, peer: Option<&[u8]>, req: &Request<Incoming>) -> Option<User> {
+fn authenticate(inner: &Inner, peer: Option<&[u8]>, req: &Req) -> Option<User> {
     if let Some(auth) = req
         .headers()
         .get("authorization")
@@ -700,14 +761,15 @@ fn may_use_csrs(u: &User) -> bool {
         .any(|g| g == "system:bootstrappers" || g == "system:nodes")
 }
 
-async fn handle(
-    inner: Arc<Inner>,
-    peer: Option<Vec<u8>>,
-    req: Request<Incoming>,
-) -> Response<Body> {
+async fn handle(inner: Arc<Inner>, peer: Option<Vec<u8>>, req: Req) -> Response<Body> {
     let Some(user) = authenticate(&inner, peer.as_deref(), &req) else {
         return fail(StatusCode::UNAUTHORIZED, "Unauthorized", "Unauthorized");
     };
+    route(inner, user, req).await
+}
+
+/// What the API server answers `user` (authenticated) for `req`.
+async fn route(inner: Arc<Inner>, user: User, req: Req) -> Response<Body> {
     let path = req.uri().path().to_string();
     {
         let mut st = inner.state.lock().expect("state");
@@ -757,7 +819,15 @@ async fn handle(
                 .and_then(|f| f.strip_prefix("metadata.name="))
                 .map(String::from);
             if query.get("watch").map(String::as_str) == Some("true") {
-                watch(&inner, name, &query)
+                watch(
+                    &inner,
+                    Watched {
+                        resource: CSRS,
+                        namespace: None,
+                        name,
+                    },
+                    &query,
+                )
             } else {
                 let st = inner.state.lock().expect("state");
                 let items: Vec<Value> = st
@@ -861,13 +931,21 @@ async fn handle(
 }
 
 const LEASES: &str = "/apis/coordination.k8s.io/v1/namespaces/";
+const CSRS: &str = "certificatesigningrequests";
 
-async fn body_of(req: Request<Incoming>) -> Bytes {
-    req.into_body()
+/// The request with its body read (a body cut short reads as what arrived: empty).
+async fn read_body(req: Request<Incoming>) -> Req {
+    let (parts, body) = req.into_parts();
+    let bytes = body
         .collect()
         .await
         .map(|b| b.to_bytes())
-        .unwrap_or_default()
+        .unwrap_or_default();
+    Request::from_parts(parts, bytes)
+}
+
+async fn body_of(req: Req) -> Bytes {
+    req.into_body()
 }
 
 /// The body as JSON, or the API server's 400 `Status` (`what` is not JSON).
@@ -1061,12 +1139,7 @@ pub fn lease_entries_policy(
 
 /// Leases: get, create (409 AlreadyExists, 422 for a name the API server would not accept), update with optimistic concurrency (409 Conflict on a
 /// stale `metadata.resourceVersion`), as the API server does. Nodes and admins only.
-async fn leases(
-    inner: &Arc<Inner>,
-    user: &User,
-    req: Request<Incoming>,
-    path: &str,
-) -> Response<Body> {
+async fn leases(inner: &Arc<Inner>, user: &User, req: Req, path: &str) -> Response<Body> {
     let rest = &path[LEASES.len()..];
     let (ns, name) = match rest.split('/').collect::<Vec<_>>()[..] {
         [ns, "leases"] => (ns.to_string(), None),
@@ -1091,6 +1164,54 @@ async fn leases(
         );
     }
     let method = req.method().clone();
+    // The shipped Role's verbs (RBAC: a node is allowed no other on Leases).
+    let verb = match (&method, &name) {
+        (&Method::GET, None)
+            if req
+                .uri()
+                .query()
+                .is_some_and(|q| q.split('&').any(|kv| kv == "watch=true")) =>
+        {
+            "watch"
+        }
+        (&Method::GET, None) => "list",
+        (&Method::GET, Some(_)) => "get",
+        (&Method::POST, _) => "create",
+        (&Method::PUT, _) => "update",
+        (&Method::PATCH, _) => "patch",
+        (&Method::DELETE, _) => "delete",
+        _ => "",
+    };
+    if !user.groups.iter().any(|g| g == "system:masters") && !LEASE_VERBS.contains(&verb) {
+        return fail(
+            StatusCode::FORBIDDEN,
+            "Forbidden",
+            &format!("leases.coordination.k8s.io is forbidden: User \"{}\" cannot {verb} resource \"leases\" in API group \"coordination.k8s.io\" in the namespace \"{ns}\"", user.name),
+        );
+    }
+    if verb == "watch" {
+        let query: BTreeMap<String, String> = req
+            .uri()
+            .query()
+            .unwrap_or("")
+            .split('&')
+            .filter_map(|kv| kv.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.replace("%3D", "=").replace("%3d", "=")))
+            .collect();
+        let name = query
+            .get("fieldSelector")
+            .and_then(|f| f.strip_prefix("metadata.name="))
+            .map(String::from);
+        return watch(
+            inner,
+            Watched {
+                resource: "leases",
+                namespace: Some(ns),
+                name,
+            },
+            &query,
+        );
+    }
     let body = body_of(req).await;
     let not_found = |n: &str| {
         fail(
@@ -1166,6 +1287,13 @@ async fn leases(
             obj["apiVersion"] = json!("coordination.k8s.io/v1");
             st.leases.insert(key, obj.clone());
             st.lease_history.push(obj.clone());
+            publish(
+                &mut st,
+                inner,
+                if creating { "ADDED" } else { "MODIFIED" },
+                "leases",
+                &obj,
+            );
             reply(
                 if creating {
                     StatusCode::CREATED
@@ -1194,9 +1322,22 @@ fn forbidden(u: &User, verb: &str) -> Response<Body> {
 fn record(st: &mut State, inner: &Inner, kind: &'static str, object: &mut Value) {
     st.rv += 1;
     object["metadata"]["resourceVersion"] = json!(st.rv.to_string());
+    publish(st, inner, kind, CSRS, object);
+}
+
+/// An event for watchers (and the log a watch resumes from) of `object`, stored at its
+/// resourceVersion.
+fn publish(
+    st: &mut State,
+    inner: &Inner,
+    kind: &'static str,
+    resource: &'static str,
+    object: &Value,
+) {
     let ev = Event {
         rv: st.rv,
         kind,
+        resource,
         object: object.clone(),
     };
     st.log.push(ev.clone());
@@ -1431,7 +1572,7 @@ fn approve_and_sign(
     Ok(())
 }
 
-fn watch(inner: &Arc<Inner>, name: Option<String>, q: &BTreeMap<String, String>) -> Response<Body> {
+fn watch(inner: &Arc<Inner>, what: Watched, q: &BTreeMap<String, String>) -> Response<Body> {
     let timeout = q
         .get("timeoutSeconds")
         .and_then(|t| t.parse().ok())
@@ -1442,23 +1583,25 @@ fn watch(inner: &Arc<Inner>, name: Option<String>, q: &BTreeMap<String, String>)
         .get("resourceVersion")
         .and_then(|v| v.parse().ok())
         .filter(|v| *v > 0);
-    let matches = move |o: &Value, name: &Option<String>| {
-        name.as_deref().is_none_or(|n| o["metadata"]["name"] == n)
-    };
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, Infallible>>(64);
     let mut events = inner.events.subscribe();
     let mut dropper = inner.drop_watches.subscribe();
     // What happened before the watch started: from `since`, or the current objects as ADDED.
     let (backlog, current_rv): (Vec<Event>, u64) = {
         let st = inner.state.lock().expect("state");
+        let current: Vec<&Value> = if what.resource == CSRS {
+            st.csrs.values().collect()
+        } else {
+            st.leases.values().collect()
+        };
         let b = match since {
             Some(rv) => st.log.iter().filter(|e| e.rv > rv).cloned().collect(),
-            None => st
-                .csrs
-                .values()
+            None => current
+                .into_iter()
                 .map(|o| Event {
                     rv: 0,
                     kind: "ADDED",
+                    resource: what.resource,
                     object: o.clone(),
                 })
                 .collect(),
@@ -1473,7 +1616,7 @@ fn watch(inner: &Arc<Inner>, name: Option<String>, q: &BTreeMap<String, String>)
             )))
         };
         let mut last_rv = current_rv;
-        for e in backlog.into_iter().filter(|e| matches(&e.object, &name)) {
+        for e in backlog.into_iter().filter(|e| what.matches(e)) {
             if tx.send(Ok(line(e.kind, &e.object))).await.is_err() {
                 return;
             }
@@ -1484,7 +1627,11 @@ fn watch(inner: &Arc<Inner>, name: Option<String>, q: &BTreeMap<String, String>)
             tokio::select! {
                 _ = &mut deadline => {
                     if bookmarks {
-                        let bm = json!({"kind": "CertificateSigningRequest", "apiVersion": "certificates.k8s.io/v1", "metadata": {"resourceVersion": last_rv.to_string()}});
+                        let bm = if what.resource == CSRS {
+                            json!({"kind": "CertificateSigningRequest", "apiVersion": "certificates.k8s.io/v1", "metadata": {"resourceVersion": last_rv.to_string()}})
+                        } else {
+                            json!({"kind": "Lease", "apiVersion": "coordination.k8s.io/v1", "metadata": {"resourceVersion": last_rv.to_string()}})
+                        };
                         let _ = tx.send(Ok(line("BOOKMARK", &bm))).await;
                     }
                     return;
@@ -1493,7 +1640,7 @@ fn watch(inner: &Arc<Inner>, name: Option<String>, q: &BTreeMap<String, String>)
                 ev = events.recv() => match ev {
                     Ok(e) => {
                         last_rv = e.rv;
-                        if e.rv > current_rv && matches(&e.object, &name) && tx.send(Ok(line(e.kind, &e.object))).await.is_err() {
+                        if e.rv > current_rv && what.matches(&e) && tx.send(Ok(line(e.kind, &e.object))).await.is_err() {
                             return;
                         }
                     }
@@ -1520,7 +1667,12 @@ pub struct EventLines(broadcast::Receiver<Event>);
 
 impl EventLines {
     pub async fn recv(&mut self) -> Result<String, broadcast::error::RecvError> {
-        let ev = self.0.recv().await?;
+        let ev = loop {
+            let ev = self.0.recv().await?;
+            if ev.resource == CSRS {
+                break ev;
+            }
+        };
         let o = &ev.object;
         let conditions: Vec<&str> = o["status"]["conditions"]
             .as_array()

@@ -19,20 +19,14 @@
 //! Not modelled: `resourceVersion` preconditions in the patch, JSON patch, server-side apply,
 //! field managers.
 
-use hyper::body::Incoming;
-use hyper::{Method, Request, Response, StatusCode};
+use hyper::{Method, Response, StatusCode};
 use serde_json::{json, Value};
 
-use super::{body_of, fail, json_of, merge_patch, reply, Body, Inner, User};
+use super::{body_of, fail, json_of, merge_patch, reply, Body, Inner, Req, User};
 
 const PREFIX: &str = "/api/v1/nodes";
 
-pub(super) async fn route(
-    inner: &Inner,
-    user: &User,
-    req: Request<Incoming>,
-    path: &str,
-) -> Response<Body> {
+pub(super) async fn route(inner: &Inner, user: &User, req: Req, path: &str) -> Response<Body> {
     let rest = path[PREFIX.len()..].trim_start_matches('/');
     let (name, sub) = match rest.split_once('/') {
         Some((n, s)) => (n.to_string(), Some(s.to_string())),
