@@ -61,6 +61,10 @@ struct Signals {
     int: Signal,
 }
 
+/// With `kubelet.condition_heartbeat_secs = 0` nothing reports a 401 for the credentials check:
+/// it then runs this often (seconds) unless `kubelet.credentials_check_secs` says otherwise.
+const CHECK_WITHOUT_REPORTS_SECS: u64 = 900;
+
 /// The daemon's credentials check (a task), and the settings it runs with.
 #[derive(Default)]
 struct Checks {
@@ -70,7 +74,14 @@ struct Checks {
 impl Checks {
     /// Runs the check while the settings ask for one (restarted when they change).
     fn follow(&mut self, root: &Root, s: Option<&Settings>, shared: &Arc<Shared>) {
-        let want = s.map(|s| (s.kubeconfig.clone(), s.credentials_check_secs));
+        let want = s.map(|s| {
+            let every = match (s.credentials_check_secs, s.condition_heartbeat_secs) {
+                // no condition reports, so no 401 from them: a timer finds a refusal instead
+                (0, 0) => CHECK_WITHOUT_REPORTS_SECS,
+                (every, _) => every,
+            };
+            (s.kubeconfig.clone(), every)
+        });
         if let (Some((task, p, every)), Some((wp, wevery))) = (&self.task, &want) {
             if p == wp && every == wevery && !task.is_finished() {
                 return;
@@ -92,6 +103,8 @@ impl Checks {
                 }),
             );
             self.task = Some((task, kubeconfig, every));
+            // a check the aborted task was running is asked again (at most one: a permit)
+            shared.recheck_credentials.notify_one();
         }
     }
 }

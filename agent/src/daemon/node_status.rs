@@ -19,6 +19,8 @@ use crate::util::time::now_secs;
 #[derive(Default)]
 pub(super) struct Reporter {
     task: Option<(tokio::task::JoinHandle<()>, Params)>,
+    /// The Node the last reporter wrote to.
+    last_node: Option<String>,
 }
 
 #[derive(Clone, PartialEq, Eq)]
@@ -47,7 +49,11 @@ impl Reporter {
         }
         self.stop();
         if let Some(p) = want {
-            let task = tokio::spawn(run(root.clone(), p.clone(), shared.clone()));
+            // What was written to the same Node goes on (not written again before its
+            // heartbeat); another Node (renamed) starts from nothing.
+            let same_node = self.last_node.as_ref().is_none_or(|n| *n == p.node);
+            self.last_node = Some(p.node.clone());
+            let task = tokio::spawn(run(root.clone(), p.clone(), shared.clone(), same_node));
             self.task = Some((task, p));
         }
     }
@@ -59,8 +65,12 @@ impl Reporter {
     }
 }
 
-async fn run(root: Root, p: Params, shared: Arc<Shared>) {
-    let last = shared.status.lock().await.node_condition.clone();
+async fn run(root: Root, p: Params, shared: Arc<Shared>, same_node: bool) {
+    let last = if same_node {
+        shared.status.lock().await.node_condition.clone()
+    } else {
+        None
+    };
     let mut hb = Heartbeat::new(p.heartbeat, last);
     let mut api = KubeNode::new(root.clone(), p.kubeconfig.clone(), p.node.clone());
     loop {

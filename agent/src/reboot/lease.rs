@@ -260,43 +260,53 @@ impl LeaseLock {
         use futures_util::{StreamExt, TryStreamExt};
         use kube::api::{WatchEvent, WatchParams};
         let secs = (timeout.as_secs_f64() * (0.8 + 0.2 * rand())).max(1.0) as u32;
+        // (with bookmarks, kube's default: the server sends something now and then on a quiet
+        // Lease)
         let wp = WatchParams::default()
             .fields(&format!("metadata.name={}", self.name))
             .timeout(secs);
-        let mut events = self
-            .api
-            .watch(&wp, "0")
-            .await
-            .map_err(|e| self.err(e))?
-            .boxed();
-        let mut ends: Option<std::pin::Pin<Box<tokio::time::Sleep>>> = None;
-        // Nothing is known before the first event: the Lease as it is now, sent as ADDED (one
-        // deleted meanwhile sends nothing, and is found free when the watch ends).
-        let mut free = false;
-        loop {
-            if free && ends.is_none() {
-                ends = Some(Box::pin(tokio::time::sleep(jitter.mul_f64(rand()))));
-            } else if !free {
-                ends = None;
-            }
-            let ev = match ends.as_mut() {
-                Some(e) => tokio::select! {
-                    _ = e => return Ok(WaitEnd::Free),
-                    ev = events.try_next() => ev,
-                },
-                None => events.try_next().await,
-            };
-            match ev.map_err(|e| self.err(e))? {
-                Some(WatchEvent::Added(l)) | Some(WatchEvent::Modified(l)) => {
-                    let (slots, _) = slots_of(&l);
-                    free = slots.holds(node) || slots.holders.len() < max;
+        let wait = async {
+            let mut events = self
+                .api
+                .watch(&wp, "0")
+                .await
+                .map_err(|e| self.err(e))?
+                .boxed();
+            let mut ends: Option<std::pin::Pin<Box<tokio::time::Sleep>>> = None;
+            // Nothing is known before the first event: the Lease as it is now, sent as ADDED
+            // (one deleted meanwhile sends nothing, and is found free when the watch ends).
+            let mut free = false;
+            loop {
+                if free && ends.is_none() {
+                    ends = Some(Box::pin(tokio::time::sleep(jitter.mul_f64(rand()))));
+                } else if !free {
+                    ends = None;
                 }
-                Some(WatchEvent::Deleted(_)) => free = true,
-                Some(WatchEvent::Bookmark(_)) => {}
-                Some(WatchEvent::Error(e)) => return Err(self.err(e.message)),
-                None => return Ok(WaitEnd::Timeout),
+                let ev = match ends.as_mut() {
+                    Some(e) => tokio::select! {
+                        _ = e => return Ok(WaitEnd::Free),
+                        ev = events.try_next() => ev,
+                    },
+                    None => events.try_next().await,
+                };
+                match ev.map_err(|e| self.err(e))? {
+                    Some(WatchEvent::Added(l)) | Some(WatchEvent::Modified(l)) => {
+                        let (slots, _) = slots_of(&l);
+                        free = slots.holds(node) || slots.holders.len() < max;
+                    }
+                    Some(WatchEvent::Deleted(_)) => free = true,
+                    Some(WatchEvent::Bookmark(_)) => {}
+                    Some(WatchEvent::Error(e)) => return Err(self.err(e.message)),
+                    None => return Ok(WaitEnd::Timeout),
+                }
             }
-        }
+        };
+        // A connection dropped without a word (a load balancer's idle timeout, a host gone)
+        // would leave the watch waiting for good: it ends here whatever the server does.
+        let deadline = Duration::from_secs(u64::from(secs) + 30) + jitter;
+        tokio::time::timeout(deadline, wait)
+            .await
+            .unwrap_or(Ok(WaitEnd::Timeout))
     }
 }
 
@@ -341,6 +351,41 @@ mod tests {
         s.reclaim(&mut seen, 61, 60);
         assert!(s.holders.is_empty());
         assert_eq!(entries(&s).len(), 2);
+    }
+
+    /// A load balancer that dropped the quiet connection, a host gone: nothing ever answers.
+    /// The wait still ends, at the watch's time plus its margin (virtual time).
+    #[tokio::test(start_paused = true)]
+    async fn a_watch_that_never_answers_ends_at_its_deadline() {
+        let svc = tower::service_fn(|_req: hyper::Request<kube::client::Body>| async {
+            std::future::pending::<
+                Result<
+                    hyper::Response<http_body_util::Empty<bytes::Bytes>>,
+                    std::convert::Infallible,
+                >,
+            >()
+            .await
+        });
+        let lock = LeaseLock::new(
+            kube::Client::new(svc, "default"),
+            "nodectl-reboot",
+            "default",
+        );
+        let t = tokio::time::Instant::now();
+        let wait = lock.wait_free(
+            "n1",
+            1,
+            Duration::from_secs(1),
+            Duration::from_secs(60),
+            || 0.0,
+        );
+        let end = tokio::time::timeout(Duration::from_secs(3600), wait)
+            .await
+            .expect("the wait never ended")
+            .unwrap();
+        assert_eq!(end, WaitEnd::Timeout);
+        // 60 s less a fifth at rand 0 (48 s), + 30 s margin + the jitter's bound (1 s)
+        assert_eq!(t.elapsed().as_secs(), 79);
     }
 
     #[test]

@@ -11,6 +11,7 @@ use futures_util::StreamExt;
 
 use super::coordinator::LeaseCoordinator;
 use super::fleetlock::{ClientParams, Coordinator};
+use super::lease::WaitEnd;
 
 /// How often held shutdown inhibitors are looked at again (logind signals no release).
 const INHIBITOR_RECHECK: Duration = Duration::from_secs(10);
@@ -83,8 +84,8 @@ pub fn logind_reboot(conn: zbus::Connection) -> Reboot {
 /// freed (the fleet waiting with it does not ask at once; issue 40).
 pub const SLOT_JITTER: Duration = Duration::from_secs(20);
 /// How long one watch of the reboot Lease lasts (less up to a fifth) before the slot is asked
-/// for again (when stale holders are reclaimed: `reboot.stale_after_secs` is an hour by
-/// default, so this delays a reclaim by at most a quarter of that).
+/// for again (when stale holders are reclaimed: a reclaim comes up to this long after
+/// `reboot.stale_after_secs`, an hour by default).
 pub const SLOT_WATCH: Duration = Duration::from_secs(900);
 
 /// Follows update_engine on Flatcar and reboots for updates through the coordinator's slots.
@@ -144,11 +145,21 @@ impl Follower {
                     tracing::info!(kind = r.kind, "waiting to reboot: {}", r.value);
                     let group = &self.params.group;
                     let wait = self.retry.max(Duration::from_secs(1));
+                    let started = tokio::time::Instant::now();
                     match self
                         .coordinator
                         .wait_for_slot(group, wait.min(SLOT_JITTER), SLOT_WATCH)
                         .await
                     {
+                        Ok(WaitEnd::Timeout) if started.elapsed() < wait => {
+                            // a watch that ends at once (a proxy, a server going away) is not
+                            // asked again at once
+                            tracing::info!(
+                                "the reboot Lease's watch ended at once; asking again in {} s",
+                                wait.as_secs()
+                            );
+                            tokio::time::sleep(wait).await;
+                        }
                         Ok(end) => tracing::debug!(?end, "the reboot Lease's watch ended"),
                         Err(e) => {
                             tracing::info!(
