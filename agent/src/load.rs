@@ -44,6 +44,17 @@ pub fn host(root: &Root) -> Result<Host, LoadError> {
     Ok(Host::detect(root)?)
 }
 
+/// Reads, merges and validates `files` alone, in this order, as nodectld would on `host`
+/// (`nodectl config check FILES`: nothing under the root's config directories is read).
+pub fn settings_of_files(
+    root: &Root,
+    host: &Host,
+    files: &[std::path::PathBuf],
+) -> Result<Settings, LoadError> {
+    let merged = config::load_files(files)?;
+    Ok(Settings::validate(&merged, host, &hostname(root))?)
+}
+
 /// Reads, merges and validates the settings under `root`, with the host's defaults and the
 /// hostname as the default node name.
 pub fn settings(root: &Root, host: &Host) -> Result<Settings, LoadError> {

@@ -183,6 +183,81 @@ fn typo_in_a_key_names_file_key_and_near_keys() {
 }
 
 #[test]
+fn config_check_takes_the_roots_fragments_or_the_files_given_offline() {
+    let d = scratch(&example_worker());
+    let (rc, out, err) = nodectl(d.path(), &["config", "check"]);
+    assert_eq!(rc, 0, "{out}{err}");
+    assert!(
+        out.starts_with("config valid for a fedora-coreos node: worker "),
+        "{out}"
+    );
+    assert!(out.contains("etc/nodectl/config.d/10-node.toml"), "{out}");
+    // FILES alone, in their order: a bad fragment under the root is not read; a typo in the
+    // second file is named with its file and key, as nodectld names it.
+    std::fs::write(
+        d.path().join("etc/nodectl/config.d/20-bad.toml"),
+        "[node]\nrole = \"queen\"\n",
+    )
+    .unwrap();
+    let (rc, _, err) = nodectl(d.path(), &["config", "check"]);
+    assert_eq!(rc, 1);
+    assert!(err.starts_with("config invalid: "), "{err}");
+    assert!(err.contains("20-bad.toml: key `node.role`"), "{err}");
+    let files = tempfile::tempdir().unwrap();
+    let (a, b) = (files.path().join("a.toml"), files.path().join("b.toml"));
+    std::fs::write(&a, "[node]\nrole = \"controller\"\nname = \"c1\"\n").unwrap();
+    std::fs::write(&b, "[kubelet]\nimgae = \"x\"\n").unwrap();
+    let (rc, _, err) = nodectl(
+        d.path(),
+        &["config", "check", a.to_str().unwrap(), b.to_str().unwrap()],
+    );
+    assert_eq!(rc, 1);
+    assert!(
+        err.contains(&format!(
+            "{}: key `kubelet.imgae`: unknown key",
+            b.display()
+        )),
+        "{err}"
+    );
+    // for a Flatcar node (its defaults), machine-readable
+    std::fs::write(
+        &b,
+        "[kubelet]\nimage = \"quay.io/poseidon/kubelet:v1.36.1\"\n",
+    )
+    .unwrap();
+    let (rc, out, err) = nodectl(
+        d.path(),
+        &[
+            "config",
+            "check",
+            "--os",
+            "flatcar",
+            "--json",
+            a.to_str().unwrap(),
+            b.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(rc, 0, "{out}{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["valid"], true);
+    assert_eq!(v["settings"]["role"], "controller");
+    assert_eq!(v["settings"]["node_name"], "c1");
+    assert_eq!(v["settings"]["runtime"], "docker");
+    let (_, out, _) = nodectl(
+        d.path(),
+        &["config", "check", "--json", "/nonexistent/x.toml"],
+    );
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["valid"], false);
+    assert!(
+        v["error"].as_str().unwrap().contains("/nonexistent/x.toml"),
+        "{v}"
+    );
+    // nothing was written under the root
+    assert!(!d.path().join("run/nodectl").exists());
+}
+
+#[test]
 fn status_without_daemon_reads_disk_and_says_so() {
     let d = scratch(&example_worker());
     let (rc, out, _) = nodectl(d.path(), &["status", "--json"]);

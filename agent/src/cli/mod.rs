@@ -1,8 +1,9 @@
-//! `nodectl`: status, plan, apply, converge, audit, the reboot lock.
+//! `nodectl`: status, plan, apply, converge, audit, config check, the reboot lock.
 //!
 //! `status`: the status from nodectld or, without it, from the disk; `audit`: `nodectl audit`.
 
 mod audit;
+mod config_cmd;
 mod fleet;
 mod import;
 mod status_cmd;
@@ -112,11 +113,36 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// nodectld's settings, offline (docs/config.md).
+    Config {
+        /// What to do with them.
+        #[command(subcommand)]
+        action: ConfigAction,
+    },
     /// The group's reboot lock (a Lease; docs/reboot.md).
     RebootLock {
         /// What to do with the lock.
         #[command(subcommand)]
         action: RebootLockAction,
+    },
+}
+
+/// What to do with the settings.
+#[derive(Subcommand, Debug)]
+pub enum ConfigAction {
+    /// Check the settings as nodectld would take them, without it: the fragments under the
+    /// root's config directories, or FILES alone in their order. Exit 0: valid; 1: invalid
+    /// (the file and key are named).
+    Check {
+        /// Fragments to check instead of the root's (merged in this order, later files win).
+        files: Vec<PathBuf>,
+        /// Check for a node of this OS (its defaults) instead of this host's.
+        #[arg(long, value_enum)]
+        os: Option<config_cmd::CheckOs>,
+        /// Machine-readable output: `{"valid": true, "settings": ...}` or `{"valid": false,
+        /// "error": ...}`.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -186,6 +212,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
             release(&group, &holder).await
         }
         Command::Audit { json, fix } => audit::run(&root, json, fix),
+        Command::Config {
+            action: ConfigAction::Check { files, os, json },
+        } => config_cmd::check(&root, &files, os, json),
         Command::Status { json } => status_cmd::run(&root, json).await,
         Command::Wait { steps, timeout } => wait::run(&root, &steps, timeout).await,
         Command::Import {

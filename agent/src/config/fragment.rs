@@ -222,6 +222,30 @@ pub(crate) fn fragment_files(root: &Root) -> Result<Vec<PathBuf>, ConfigError> {
         .collect())
 }
 
+/// Reads and merges `files` alone, in this order (`nodectl config check FILES`: fragments an
+/// operator is about to ship, read as given, within the same bounds).
+pub(crate) fn load_files(files: &[PathBuf]) -> Result<Merged, ConfigError> {
+    if files.len() > crate::util::bounded::MAX_FRAGMENTS {
+        return Err(err(
+            None,
+            "",
+            format!(
+                "more than {} config fragments",
+                crate::util::bounded::MAX_FRAGMENTS
+            ),
+        ));
+    }
+    let mut merged = Merged::default();
+    for file in files {
+        let text =
+            crate::util::bounded::read_to_string(file, crate::util::bounded::MAX_INPUT_BYTES)
+                .map_err(|e| err(Some(file), "", format!("cannot read: {e}")))?;
+        let frag = Fragment::parse(&text, file)?;
+        merged.add(frag, file);
+    }
+    Ok(merged)
+}
+
 /// Reads and merges every fragment under `root`.
 pub(crate) fn load(root: &Root) -> Result<Merged, ConfigError> {
     let mut merged = Merged::default();

@@ -27,7 +27,7 @@ use serde::{Deserialize, Serialize};
 
 #[cfg(test)]
 use fragment::Fragment;
-pub(crate) use fragment::{load, Merged};
+pub(crate) use fragment::{load, load_files, Merged};
 #[cfg(test)]
 use kubelet::DEFAULT_IMAGE;
 pub use kubelet::{Runtime, PROVIDER_ID_AWS};
