@@ -787,14 +787,7 @@ async fn route(inner: Arc<Inner>, user: User, req: Req) -> Response<Body> {
             .unwrap_or_else(|| "(none)".to_string());
         st.user_agents.insert(agent);
     }
-    let query: BTreeMap<String, String> = req
-        .uri()
-        .query()
-        .unwrap_or("")
-        .split('&')
-        .filter_map(|kv| kv.split_once('='))
-        .map(|(k, v)| (k.to_string(), v.replace("%3D", "=").replace("%3d", "=")))
-        .collect();
+    let query = query_of(&req);
     match (req.method().clone(), path.as_str()) {
         (Method::POST, "/apis/authentication.k8s.io/v1/selfsubjectreviews") => reply(
             StatusCode::CREATED,
@@ -942,6 +935,17 @@ async fn read_body(req: Request<Incoming>) -> Req {
         .map(|b| b.to_bytes())
         .unwrap_or_default();
     Request::from_parts(parts, bytes)
+}
+
+/// The request's query parameters (`%3D` decoded: field selectors carry it).
+fn query_of(req: &Req) -> BTreeMap<String, String> {
+    req.uri()
+        .query()
+        .unwrap_or("")
+        .split('&')
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.replace("%3D", "=").replace("%3d", "=")))
+        .collect()
 }
 
 async fn body_of(req: Req) -> Bytes {
@@ -1190,14 +1194,7 @@ async fn leases(inner: &Arc<Inner>, user: &User, req: Req, path: &str) -> Respon
         );
     }
     if verb == "watch" {
-        let query: BTreeMap<String, String> = req
-            .uri()
-            .query()
-            .unwrap_or("")
-            .split('&')
-            .filter_map(|kv| kv.split_once('='))
-            .map(|(k, v)| (k.to_string(), v.replace("%3D", "=").replace("%3d", "=")))
-            .collect();
+        let query = query_of(&req);
         let name = query
             .get("fieldSelector")
             .and_then(|f| f.strip_prefix("metadata.name="))
