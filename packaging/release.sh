@@ -4,6 +4,10 @@
 #   OUTDIR/flatcar/nodectl-VERSION-x86-64.raw  sysext, squashfs   + OUTDIR/flatcar/SHA256SUMS{,.gpg}
 #   OUTDIR/fcos/nodectl-VERSION-x86-64.raw     sysext, erofs+SELinux + OUTDIR/fcos/SHA256SUMS{,.gpg}
 #   OUTDIR/nodectl-release.gpg             the signing key's public part (binary OpenPGP keyring)
+#   OUTDIR/kubectl-nodectl-VERSION-linux-amd64.tar.gz  the kubectl plugin for operators'
+#     workstations (no libselinux, no D-Bus: check-elf.sh without them)
+#   OUTDIR/krew/nodectl.yaml               its krew manifest (packaging/krew/nodectl.yaml with the
+#     version, URL and the archive's SHA-256), checked by krew's rules
 #   OUTDIR/butane/{fcos,flatcar}-{controller,worker}.bu   the templates with the release's
 #     version, URL, image hashes and key (other variables: butane/example.vars, or VARS=file)
 #   OUTDIR/ignition/*.ign                  each rendered to Ignition, checked (spec types, no
@@ -109,7 +113,7 @@ step() { echo "== release.sh: $*"; }
 [ "$check_only" = 0 ] || { echo "release.sh: checks passed (version $version, $url, ${release_key_fpr:-unsigned})"; exit 0; }
 
 step "build (release, --locked)"
-cargo build --release --locked -q -p nodectl --bins
+cargo build --release --locked -q -p nodectl -p kubectl-nodectl --bins
 cargo build --release --locked -q -p nodectl-butane
 tool=target/release/nodectl-butane
 rm -rf "$out" && mkdir -p "$out/bin" "$out/butane" "$out/ignition"
@@ -118,6 +122,21 @@ ls -l "$out/bin" | sed 1d
 
 step "ELF: libraries and glibc versions Fedora CoreOS and Flatcar have"
 packaging/check-elf.sh "$out/bin/nodectld" "$out/bin/nodectl"
+
+step "the kubectl plugin: ELF without libselinux, archive, krew manifest"
+plugin=$(mktemp -d)
+strip -o "$plugin/kubectl-nodectl" target/release/kubectl-nodectl
+ELF_ALLOWED="libc.so.6 libm.so.6 libgcc_s.so.1 ld-linux-x86-64.so.2" packaging/check-elf.sh "$plugin/kubectl-nodectl"
+said=$("$plugin/kubectl-nodectl" --version)
+[ "$said" = "kubectl-nodectl $version" ] || { echo "release.sh: kubectl-nodectl --version says '$said', not $version" >&2; exit 1; }
+archive=kubectl-nodectl-$version-linux-amd64.tar.gz
+# reproducible: sorted, root-owned, the commit's time, gzip without a name or time
+mtime=$(git log -1 --format=%ct 2>/dev/null || echo 0)
+tar -C "$plugin" --sort=name --owner=0 --group=0 --numeric-owner --mtime="@$mtime" -cf - kubectl-nodectl | gzip -n -9 >"$out/$archive"
+rm -rf "$plugin"
+[ "$(tar -tzf "$out/$archive")" = kubectl-nodectl ] || { echo "release.sh: $archive does not hold just kubectl-nodectl (the manifest's files)" >&2; exit 1; }
+mkdir -p "$out/krew"
+"$tool" krew packaging/krew/nodectl.yaml "$version" "$url" "$(sha256sum "$out/$archive" | cut -d' ' -f1)" "$out/krew/nodectl.yaml"
 
 step "systemd-sysext images"
 packaging/sysext/build.sh "$version" "$out/bin" "$out"

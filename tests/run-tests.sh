@@ -126,7 +126,7 @@ needs_release() { [[ " $TIERS " == *" 3 "* || $BENCH = 1 ]]; }
 # the relabel benchmark (nodectl-selinux optimized as in nodectld) and release.sh's artifacts
 # (the sysext suite) use it; the same cargo commands as release.sh's, so that it builds nothing
 # again.
-RELEASE_BUILD='cargo build --release --locked -p nodectl --bins &&
+RELEASE_BUILD='cargo build --release --locked -p nodectl -p kubectl-nodectl --bins &&
   cargo build --release --locked -p nodectl-selinux --example relabel-bench &&
   cargo build --release --locked -p nodectl-butane'
 release_pid=

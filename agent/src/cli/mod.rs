@@ -104,11 +104,12 @@ pub enum Command {
         timeout: u64,
     },
     /// Every node's nodectld state (its NodectlReady condition and annotations), unhealthy
-    /// first, with an operator's kubeconfig. Exit 0: all ready; 2: some not; 1: error.
+    /// first, with an operator's kubeconfig (`kubectl nodectl fleet` on a workstation). Exit 0:
+    /// all ready; 2: some not; 1: error.
     Fleet {
-        /// The kubeconfig (default: KUBECONFIG, then ~/.kube/config).
-        #[arg(long)]
-        kubeconfig: Option<std::path::PathBuf>,
+        /// Which cluster, as who (as `kubectl nodectl fleet` takes them).
+        #[command(flatten)]
+        target: fleet::Target,
         /// Machine-readable output.
         #[arg(long)]
         json: bool,
@@ -222,7 +223,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
             no_wait,
             timeout,
         } => import::run(&root, &file, !no_wait, timeout).await,
-        Command::Fleet { kubeconfig, json } => fleet::run(kubeconfig, json).await,
+        Command::Fleet { target, json } => fleet::run(&target, json).await,
     }
 }
 

@@ -18,8 +18,9 @@ use kube::api::{Api, PostParams};
 
 use super::slots::Slots;
 
-/// The suffix of a holder's annotation key; the key is `<node>` followed by it.
-pub const ENTRY_SUFFIX: &str = ".reboot-holders.nodectl.io/slot";
+/// The suffix of a holder's annotation key; the key is `<node>` followed by it (named where the
+/// kubectl plugin, which reads the entries, takes it from).
+pub use kubectl_nodectl::names::ENTRY_SUFFIX;
 
 /// The annotation key of `node`'s entry.
 pub fn entry_key(node: &str) -> String {

@@ -11,14 +11,11 @@ use serde::{Deserialize, Serialize};
 use super::Status;
 use crate::engine::StepState;
 
-/// The condition type nodectld owns on its Node.
-pub const CONDITION_TYPE: &str = "NodectlReady";
-
-/// Annotation keys (docs/status.md maps them to kured's and FLUO's).
-pub const ANNOTATION_REBOOT: &str = "nodectl.io/reboot-state";
-pub const ANNOTATION_VERSION: &str = "nodectl.io/agent-version";
-pub const ANNOTATION_AUDIT: &str = "nodectl.io/audit";
-pub const ANNOTATION_CERT_EXPIRY: &str = "nodectl.io/certificate-not-after";
+/// The condition type and annotation keys (docs/status.md maps them to kured's and FLUO's),
+/// named where the kubectl plugin that reads them takes them from.
+pub use kubectl_nodectl::names::{
+    ANNOTATION_AUDIT, ANNOTATION_CERT_EXPIRY, ANNOTATION_REBOOT, ANNOTATION_VERSION, CONDITION_TYPE,
+};
 
 /// A condition message is cut here (the API server keeps what it is given; a Node object is
 /// read by every kubelet watch of it, so it stays short).

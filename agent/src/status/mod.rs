@@ -2,7 +2,6 @@
 //! docs/status.md) and as text for people.
 
 pub mod condition;
-pub mod fleet;
 pub mod heartbeat;
 pub mod metrics;
 pub mod report;

@@ -7,7 +7,6 @@ pub mod locale;
 /// A crash point (the crash campaign; `nodectl/failpoints` turns on `nodectl-units/failpoints`).
 pub(crate) use nodectl_units::crash_point;
 pub mod names;
-pub mod printable;
 pub mod settled;
 pub mod time;
 pub mod timers;

@@ -26,7 +26,9 @@
 //! - `POST /apis/authentication.k8s.io/v1/selfsubjectreviews`: who the caller is.
 //!
 //! What it does not: anything else of the API, admission, real RBAC evaluation, etcd, HTTP/2,
-//! protobuf, pagination. docs/testing.md lists this too.
+//! protobuf. docs/testing.md lists this too.
+//!
+//! Lists of Nodes and Leases are paged (`limit`, `continue`: [`paging`]).
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
@@ -45,8 +47,10 @@ use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{json, Value};
 use tokio::sync::broadcast;
 
+mod events;
 mod faults;
 mod nodes;
+mod paging;
 
 pub use faults::Fault;
 
@@ -155,10 +159,14 @@ struct State {
     lease_history: Vec<Value>,
     /// Nodes by name.
     nodes: BTreeMap<String, Value>,
+    /// core/v1 Events by (namespace, name).
+    events: BTreeMap<(String, String), Value>,
     /// Pods by (namespace, name).
     pods: BTreeMap<(String, String), Value>,
     /// Every authenticated request: (user, method, path).
     requests: Vec<(String, String, String)>,
+    /// The query of every authenticated request that has one: (path, query).
+    queries: Vec<(String, String)>,
     /// The distinct User-Agent headers of authenticated requests (API Priority and Fairness and
     /// the audit log tell clients apart by them).
     user_agents: std::collections::BTreeSet<String>,
@@ -324,8 +332,10 @@ impl Double {
                 leases: BTreeMap::new(),
                 lease_history: Vec::new(),
                 nodes: BTreeMap::new(),
+                events: BTreeMap::new(),
                 pods: BTreeMap::new(),
                 requests: Vec::new(),
+                queries: Vec::new(),
                 user_agents: Default::default(),
                 times: Vec::new(),
                 protected: Default::default(),
@@ -593,6 +603,28 @@ impl Double {
         st.user_agents.iter().cloned().collect()
     }
 
+    /// The query of every authenticated request so far that had one: (path, query).
+    pub fn queries(&self) -> Vec<(String, String)> {
+        self.inner.state.lock().expect("state").queries.clone()
+    }
+
+    /// Every core/v1 Event stored, in (namespace, name) order.
+    pub fn stored_events(&self) -> Vec<Value> {
+        self.inner
+            .state
+            .lock()
+            .expect("state")
+            .events
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    /// Deletes every Event, as the API server's event TTL (`--event-ttl`, 1 h) does.
+    pub fn expire_events(&self) {
+        self.inner.state.lock().expect("state").events.clear();
+    }
+
     /// Every authenticated request so far: (user, method, path).
     pub fn requests(&self) -> Vec<(String, String, String)> {
         self.inner.state.lock().expect("state").requests.clone()
@@ -775,6 +807,9 @@ async fn route(inner: Arc<Inner>, user: User, req: Req) -> Response<Body> {
         let mut st = inner.state.lock().expect("state");
         st.requests
             .push((user.name.clone(), req.method().to_string(), path.clone()));
+        if let Some(q) = req.uri().query() {
+            st.queries.push((path.clone(), q.to_string()));
+        }
         let agent = req
             .headers()
             .get(hyper::header::USER_AGENT)
@@ -851,6 +886,15 @@ async fn route(inner: Arc<Inner>, user: User, req: Req) -> Response<Body> {
             }
         }
         (_, p) if p.starts_with(LEASES) => leases(&inner, &user, req, p).await,
+        (_, "/api/v1/events") => events::route(&inner, &user, req, "", None).await,
+        (_, p)
+            if p.starts_with("/api/v1/namespaces/")
+                && matches!(p.split('/').nth(5), Some("events")) =>
+        {
+            let parts: Vec<&str> = p.split('/').collect();
+            let (ns, name) = (parts[4].to_string(), parts.get(6).map(|s| s.to_string()));
+            events::route(&inner, &user, req, &ns, name.as_deref()).await
+        }
         (_, p) if p == "/api/v1/nodes" || p.starts_with("/api/v1/nodes/") => {
             nodes::route(&inner, &user, req, p).await
         }
@@ -937,15 +981,13 @@ async fn read_body(req: Request<Incoming>) -> Req {
     Request::from_parts(parts, bytes)
 }
 
-/// The request's query parameters (`%3D` decoded: field selectors carry it).
+/// The request's query parameters, decoded as the API server decodes them (field selectors
+/// carry `%3D` and `%2C`).
 fn query_of(req: &Req) -> BTreeMap<String, String> {
     req.uri()
         .query()
-        .unwrap_or("")
-        .split('&')
-        .filter_map(|kv| kv.split_once('='))
-        .map(|(k, v)| (k.to_string(), v.replace("%3D", "=").replace("%3d", "=")))
-        .collect()
+        .map(|q| form_urlencoded::parse(q.as_bytes()).into_owned().collect())
+        .unwrap_or_default()
 }
 
 async fn body_of(req: Req) -> Bytes {
@@ -1209,6 +1251,7 @@ async fn leases(inner: &Arc<Inner>, user: &User, req: Req, path: &str) -> Respon
             &query,
         );
     }
+    let query = query_of(&req);
     let body = body_of(req).await;
     let not_found = |n: &str| {
         fail(
@@ -1221,6 +1264,22 @@ async fn leases(inner: &Arc<Inner>, user: &User, req: Req, path: &str) -> Respon
     let policy = inner.opts.lock().expect("opts").reboot_lease_policy;
     let mut st = inner.state.lock().expect("state");
     match (method, name) {
+        (Method::GET, None) => {
+            let items: Vec<(String, Value)> = st
+                .leases
+                .iter()
+                .filter(|((n, _), _)| *n == ns)
+                .map(|((_, k), v)| (k.clone(), v.clone()))
+                .collect();
+            match paging::page(items, &query, st.rv) {
+                Ok(p) => reply(
+                    StatusCode::OK,
+                    &json!({"kind": "LeaseList", "apiVersion": "coordination.k8s.io/v1",
+                            "metadata": p.metadata, "items": p.items}),
+                ),
+                Err(r) => *r,
+            }
+        }
         (Method::GET, Some(n)) => match st.leases.get(&(ns, n.clone())) {
             Some(l) => reply(StatusCode::OK, l),
             None => not_found(&n),

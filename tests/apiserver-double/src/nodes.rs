@@ -54,12 +54,19 @@ pub(super) async fn route(inner: &Inner, user: &User, req: Req, path: &str) -> R
     match (req.method().clone(), name.is_empty(), sub.as_deref()) {
         (Method::GET, true, None) => {
             let st = inner.state.lock().expect("state");
-            let items: Vec<Value> = st.nodes.values().cloned().collect();
-            reply(
-                StatusCode::OK,
-                &json!({"kind": "NodeList", "apiVersion": "v1",
-                        "metadata": {"resourceVersion": st.rv.to_string()}, "items": items}),
-            )
+            let items: Vec<(String, Value)> = st
+                .nodes
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            match super::paging::page(items, &super::query_of(&req), st.rv) {
+                Ok(p) => reply(
+                    StatusCode::OK,
+                    &json!({"kind": "NodeList", "apiVersion": "v1",
+                            "metadata": p.metadata, "items": p.items}),
+                ),
+                Err(r) => *r,
+            }
         }
         (Method::GET, false, None | Some("status")) => {
             match inner.state.lock().expect("state").nodes.get(&name) {

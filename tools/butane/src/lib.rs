@@ -7,10 +7,12 @@
 //! subset (cited per function) and [`compare`] checks the result by independent code.
 
 mod compare;
+mod krew;
 mod template;
 mod translate;
 
 pub use compare::compare;
+pub use krew::{check_krew, render_krew};
 pub use template::{parse_vars, parse_vars_in, render};
 pub use translate::{ignition_version, translate};
 

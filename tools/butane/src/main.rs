@@ -4,6 +4,7 @@
 //! nodectl-butane translate FILES_DIR IN.bu OUT.ign the Butane subset to Ignition (strict)
 //! nodectl-butane check FILE.ign...                 upstream spec types, unknown keys fail
 //! nodectl-butane compare FILES_DIR IN.bu IN.ign    field by field
+//! nodectl-butane krew TEMPLATE VERSION URL SHA256 OUT.yaml  the krew manifest, checked
 
 use anyhow::{bail, Context, Result};
 use std::path::Path;
@@ -48,6 +49,14 @@ fn run(args: &[String]) -> Result<()> {
             println!("{bu} = {ign}");
             Ok(())
         }
-        _ => bail!("usage: render VARS TEMPLATE OUT | translate FILES_DIR IN.bu OUT.ign | check FILE.ign... | compare FILES_DIR IN.bu IN.ign"),
+        ["krew", template, version, url, sha256, out] => {
+            let text = nodectl_butane::render_krew(&read(template)?, version, url, sha256)
+                .with_context(|| format!("rendering {template}"))?;
+            nodectl_butane::check_krew(&text, out)?;
+            std::fs::write(out, text).with_context(|| format!("writing {out}"))?;
+            println!("{out}: krew's rules hold");
+            Ok(())
+        }
+        _ => bail!("usage: render VARS TEMPLATE OUT | translate FILES_DIR IN.bu OUT.ign | check FILE.ign... | compare FILES_DIR IN.bu IN.ign | krew TEMPLATE VERSION URL SHA256 OUT.yaml"),
     }
 }

@@ -1,17 +1,16 @@
-//! `nodectl fleet`: every Node's nodectld state in one table, from what each nodectld put on
-//! its Node (the `NodectlReady` condition and the `nodectl.io/*` annotations), unhealthy first
-//! (pure: Node objects in, rows and text out).
+//! `fleet`: every Node's nodectld state in one table, from what each nodectld put on its Node
+//! (the `NodectlReady` condition and the `nodectl.io/*` annotations), unhealthy first (pure:
+//! Node objects in, rows and text out).
 
 use std::fmt::Write as _;
 
 use k8s_openapi::api::core::v1::Node;
 use serde::Serialize;
 
-use crate::util::printable::printable;
-
-use super::condition::{
+use crate::names::{
     ANNOTATION_AUDIT, ANNOTATION_CERT_EXPIRY, ANNOTATION_REBOOT, ANNOTATION_VERSION, CONDITION_TYPE,
 };
+use crate::text::{printable, table};
 
 /// One node's row.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -55,7 +54,7 @@ pub fn rows(nodes: &[Node]) -> Vec<Row> {
 
 /// Every text a node wrote (its condition, its annotations) is made [`printable`]: a
 /// compromised node must not drive the operator's terminal.
-fn row(n: &Node) -> Row {
+pub fn row(n: &Node) -> Row {
     let meta = &n.metadata;
     let label = |k: &str| meta.labels.as_ref().and_then(|l| l.get(k)).cloned();
     let ann = |k: &str| {
@@ -93,14 +92,7 @@ fn row(n: &Node) -> Row {
 
 /// The table for people.
 pub fn render(rows: &[Row]) -> String {
-    let dash = |s: &str| {
-        if s.is_empty() {
-            "-".to_string()
-        } else {
-            s.to_string()
-        }
-    };
-    let table: Vec<[String; 8]> = rows
+    let cells: Vec<[String; 8]> = rows
         .iter()
         .map(|r| {
             [
@@ -111,11 +103,11 @@ pub fn render(rows: &[Row]) -> String {
                 } else {
                     format!("{} ({})", r.nodectl, r.reason)
                 },
-                dash(&r.since),
-                dash(&r.reboot),
-                dash(&r.audit),
-                dash(&r.version),
-                dash(&r.certificate_not_after),
+                r.since.clone(),
+                r.reboot.clone(),
+                r.audit.clone(),
+                r.version.clone(),
+                r.certificate_not_after.clone(),
             ]
         })
         .collect();
@@ -129,25 +121,7 @@ pub fn render(rows: &[Row]) -> String {
         "VERSION",
         "CERT-NOT-AFTER",
     ];
-    let mut width = head.map(str::len);
-    for r in &table {
-        for (w, c) in width.iter_mut().zip(r) {
-            *w = (*w).max(c.chars().count());
-        }
-    }
-    let mut o = String::new();
-    let mut line = |cells: &[String]| {
-        let l: Vec<String> = cells
-            .iter()
-            .zip(width)
-            .map(|(c, w)| format!("{c:<w$}"))
-            .collect();
-        let _ = writeln!(o, "{}", l.join("  ").trim_end());
-    };
-    line(&head.map(String::from));
-    for r in &table {
-        line(r);
-    }
+    let mut o = table(head, &cells);
     for r in rows.iter().filter(|r| r.nodectl == "False") {
         let _ = writeln!(o, "\n{}: {}", r.name, r.message);
     }
