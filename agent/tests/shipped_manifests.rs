@@ -10,7 +10,49 @@ use k8s_openapi::api::admissionregistration::v1::{
     ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
 };
 use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::flowcontrol::v1::{FlowSchema, PriorityLevelConfiguration};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+
+/// The FlowSchema is matched before the suggested `system-node-high` (400, which takes every
+/// Lease request of a node), for the reboot Leases only: kubelet's node Leases
+/// (kube-node-lease) and its Node status stay on `node-high`; its flows are told apart by user;
+/// the level exists and is Limited. (The suggested schemas: kubernetes/kubernetes
+/// `staging/src/k8s.io/apiserver/pkg/apis/flowcontrol/bootstrap/default.go`.)
+#[test]
+fn the_flowschema_takes_the_reboot_leases_before_system_node_high_and_nothing_of_kubelets() {
+    let docs: Vec<serde_json::Value> =
+        serde_saphyr::from_multiple(&shipped("flowcontrol.yaml")).unwrap();
+    let level: PriorityLevelConfiguration = serde_json::from_value(docs[0].clone()).unwrap();
+    let fs: FlowSchema = serde_json::from_value(docs[1].clone()).unwrap();
+    let spec = fs.spec;
+    assert!(spec.matching_precedence.unwrap() < 400);
+    assert_eq!(
+        spec.priority_level_configuration.name,
+        level.metadata.name.unwrap()
+    );
+    let limited = level.spec.limited.unwrap();
+    assert!(limited.nominal_concurrency_shares.unwrap() > 0);
+    assert_eq!(spec.distinguisher_method.unwrap().type_, "ByUser");
+    let rules = spec.rules.unwrap();
+    assert_eq!(rules.len(), 1);
+    let subjects = &rules[0].subjects;
+    assert_eq!(subjects[0].group.as_ref().unwrap().name, "system:nodes");
+    let resource_rules = rules[0].resource_rules.as_ref().unwrap();
+    for r in resource_rules {
+        assert!(
+            !r.resources
+                .iter()
+                .any(|x| x == "nodes" || x == "nodes/status"),
+            "kubelet's Node writes stay on node-high: {r:?}"
+        );
+        if r.resources.iter().any(|x| x == "leases") {
+            assert_eq!(
+                r.namespaces.as_deref(),
+                Some(&["nodectl-reboot".to_string()][..])
+            );
+        }
+    }
+}
 
 /// `doc` (a YAML document as JSON) through the API type `T` and back: what came back must be
 /// what went in.
@@ -50,6 +92,10 @@ fn check(text: &str, name: &str) -> Result<Vec<String>, String> {
             ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding") => {
                 round_trip::<ValidatingAdmissionPolicyBinding>(&doc)
             }
+            ("flowcontrol.apiserver.k8s.io/v1", "PriorityLevelConfiguration") => {
+                round_trip::<PriorityLevelConfiguration>(&doc)
+            }
+            ("flowcontrol.apiserver.k8s.io/v1", "FlowSchema") => round_trip::<FlowSchema>(&doc),
             _ => Err(format!("unexpected {api} {kind}")),
         };
         r.map_err(|e| format!("{name}, document {}: {e}", i + 1))?;
@@ -89,6 +135,10 @@ fn the_shipped_manifests_parse_as_the_api_types_with_nothing_dropped() {
             "ValidatingAdmissionPolicy",
             "ValidatingAdmissionPolicyBinding"
         ]
+    );
+    assert_eq!(
+        check(&shipped("flowcontrol.yaml"), "flowcontrol.yaml").unwrap(),
+        ["PriorityLevelConfiguration", "FlowSchema"]
     );
     // Issue 37, 10: no Node beyond its own is readable to a node (the Node authorizer's own
     // rule); the drain's cordon (patch, NodeRestriction keeps it to its own) and evictions only.

@@ -358,7 +358,8 @@ fn unit(bu: &str, name: &str) -> Option<String> {
 /// What Typhoon's Terraform flow and the cluster need of a controller config: the layout script
 /// its `ssh.tf` runs hands the bundle to nodectld (no `mv`, no `chcon`); etcd waits for the
 /// node's name and DNS and for the secrets; bootstrap.service applies nodectl's manifests (the
-/// reboot RBAC and Lease policy, byte for byte packaging/kubernetes/) after the bundle's.
+/// reboot RBAC and Lease policy, the FlowSchema, byte for byte packaging/kubernetes/) after the
+/// bundle's.
 #[test]
 fn a_controller_config_takes_typhoons_bundle_and_ships_the_reboot_manifests() {
     for t in templates() {
@@ -375,7 +376,7 @@ fn a_controller_config_takes_typhoons_bundle_and_ships_the_reboot_manifests() {
             Some("#!/bin/bash -e\nexec /usr/bin/nodectl import assets\n"),
             "{name}"
         );
-        for m in ["rbac.yaml", "reboot-lease-policy.yaml"] {
+        for m in ["flowcontrol.yaml", "rbac.yaml", "reboot-lease-policy.yaml"] {
             let shipped =
                 std::fs::read_to_string(repo().join("packaging/kubernetes").join(m)).unwrap();
             assert_eq!(
