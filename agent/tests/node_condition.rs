@@ -218,6 +218,63 @@ async fn the_condition_follows_the_steps_and_beats_as_configured() {
         1,
         "no SelfSubjectReview without a new certificate or a 401"
     );
+    // Events on its Node, from the journal lines an operator alerts on (MESSAGE_IDs), sent by
+    // the node itself: the flips, the second True counted on the first Event, not a new one.
+    let start = Instant::now();
+    let events = loop {
+        let events: Vec<serde_json::Value> = api
+            .stored_events()
+            .into_iter()
+            .filter(|e| e["source"]["component"] == "nodectld")
+            .collect();
+        let ready = events.iter().find(|e| e["reason"] == "NodectlReady");
+        if ready.is_some_and(|e| e["count"] == 2)
+            && events.iter().any(|e| e["reason"] == "NodectlNotReady")
+        {
+            break events;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "events: {events:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    for e in &events {
+        assert_eq!(e["metadata"]["namespace"], "default", "{e}");
+        assert_eq!(e["involvedObject"]["kind"], "Node", "{e}");
+        assert_eq!(e["involvedObject"]["name"], "w1", "{e}");
+    }
+    let ready: Vec<_> = events
+        .iter()
+        .filter(|e| e["reason"] == "NodectlReady")
+        .collect();
+    assert_eq!(ready.len(), 1, "one Event, counted: {events:#?}");
+    assert_eq!(ready[0]["type"], "Normal");
+    assert_ne!(ready[0]["firstTimestamp"], serde_json::Value::Null);
+    let down_ev = events
+        .iter()
+        .find(|e| e["reason"] == "NodectlNotReady")
+        .unwrap();
+    assert_eq!(down_ev["type"], "Warning");
+    assert!(
+        down_ev["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("NodectlReady condition is now False (SecretsFailed): secrets: "),
+        "{down_ev}"
+    );
+    let event_requests: Vec<(String, String, String)> = api
+        .requests()
+        .into_iter()
+        .filter(|(_, _, p)| p.starts_with("/api/v1/namespaces/default/events"))
+        .collect();
+    assert!(
+        event_requests.iter().any(|(_, m, _)| m == "PATCH"),
+        "the repeat is a PATCH: {event_requests:?}"
+    );
+    for (user, method, path) in &event_requests {
+        assert_eq!(user, "system:node:w1", "{method} {path}");
+    }
     // Nothing ever went out with the bootstrap token to the Node, nor for another node.
     for (user, method, path) in node_requests(&api) {
         assert_eq!(user, "system:node:w1", "{method} {path}");

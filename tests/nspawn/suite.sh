@@ -101,6 +101,10 @@ check "no token in nodectld's journal" sh -c '! journalctl -u nodectld -o cat | 
 fields=$(journalctl -u nodectld -o json | jq -s -c '{step: map(select(.STEP)) | length, trigger: map(select(.TRIGGER)) | length, prefixed: map(select(.F_STEP or .F_TRIGGER)) | length, ids: (map(.SYSLOG_IDENTIFIER) | unique)}')
 check "the journal has STEP and TRIGGER fields, none prefixed F_, from nodectld ($fields)" \
   jq -e '.step > 0 and .trigger > 0 and .prefixed == 0 and (.ids | index("nodectld"))' <<<"$fields"
+# the condition's first report carries its MESSAGE_ID (docs/troubleshooting.md), with STATUS and
+# REASON as fields
+check "the condition's MESSAGE_ID in the journal, with STATUS and REASON" wait_until 30 sh -c \
+  "journalctl -u nodectld -o json | jq -e -s 'map(select(.MESSAGE_ID == \"4f1c2a7e9b3d4c5e8a6f0b1c2d3e4f50\" and .STATUS and .REASON)) | length > 0' >/dev/null"
 
 echo "## a converged pass changes nothing: no Reload, no restart (counted over D-Bus)"
 before=$(nodectl status --json | jq -c '.systemd_calls | {reload, restart, start}')
@@ -208,6 +212,8 @@ expect "status: rebooting" "$(nodectl status --json | jq -r .reboot.state)" rebo
 check "metrics: reboot state rebooting, written at the change" wait_until 5 \
   grep -qx 'nodectl_reboot_state{state="rebooting"} 1' /run/nodectl/metrics/nodectl.prom
 expect "the group's Lease holds this node" "$(nodectl status --json | jq -r '.reboot.holders[0].node')" worker-1
+check "the grant's MESSAGE_ID in the journal, with GROUP" sh -c \
+  "journalctl -u nodectld -o json | jq -e -s 'map(select(.MESSAGE_ID == \"7a2b3c4d5e6f40718293a4b5c6d7e8f1\" and .GROUP == \"workers\")) | length > 0' >/dev/null"
 out=$(fleetlock /v1/steady-state "$id")
 check "a steady-state in the boot of the grant keeps the slot (reboot_pending)" grep -q '"kind":"reboot_pending"' <<<"$out"
 expect "the slot is still held" "$(nodectl status --json | jq -r '.reboot.holders[0].node')" worker-1

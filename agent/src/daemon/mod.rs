@@ -9,6 +9,7 @@
 //! `metrics`: the textfile for node_exporter; `node_status`: the `NodectlReady`
 //! condition on the node's Node.
 
+mod events;
 mod kubelet;
 mod metrics;
 mod node_status;

@@ -53,7 +53,17 @@ impl Reporter {
             // heartbeat); another Node (renamed) starts from nothing.
             let same_node = self.last_node.as_ref().is_none_or(|n| *n == p.node);
             self.last_node = Some(p.node.clone());
-            let task = tokio::spawn(run(root.clone(), p.clone(), shared.clone(), same_node));
+            // the Events about the Node go with its condition (the same credentials, settings)
+            let events = super::events::run(
+                root.clone(),
+                p.kubeconfig.clone(),
+                p.node.clone(),
+                shared.clone(),
+            );
+            let report = run(root.clone(), p.clone(), shared.clone(), same_node);
+            let task = tokio::spawn(async move {
+                tokio::join!(report, events);
+            });
             self.task = Some((task, p));
         }
     }

@@ -203,11 +203,15 @@ impl LeaseCoordinator {
         debug_assert!(STATES.contains(&state), "{state}");
         let mut st = self.status.lock().expect("status");
         let changed = st.state != state;
+        let drained_from = (changed && state == "draining").then(|| detail.clone());
         st.state = state.into();
         st.detail = detail;
         st.group = Some(group.into());
         st.holders = holders;
         drop(st);
+        if let Some(detail) = drained_from {
+            super::log_draining(group, &detail);
+        }
         if changed {
             if let Some(f) = self.on_change.lock().expect("on_change").clone() {
                 f(state);

@@ -9,3 +9,13 @@ pub mod peer;
 pub mod reboot_required;
 pub mod slots;
 pub mod update_engine;
+
+/// The drain for a reboot began (this node holds its group's slot): a line with its
+/// `MESSAGE_ID`, which is also an Event on the Node.
+pub(crate) fn log_draining(group: &str, detail: &str) {
+    tracing::info!(
+        message_id = crate::logging::ids::DRAINING,
+        group = %group,
+        "draining for a reboot (slot of group {group} held): {detail}"
+    );
+}

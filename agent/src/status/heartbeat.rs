@@ -202,9 +202,11 @@ fn log_sent(last: Option<&ConditionReport>, want: &Condition, node: &str) {
             status = %want.status,
             reason = %want.reason,
             node = %node,
-            "NodectlReady condition is now {} ({})",
+            "NodectlReady condition is now {} ({}){}{}",
             want.status,
-            want.reason
+            want.reason,
+            if want.message.is_empty() { "" } else { ": " },
+            want.message
         );
     } else {
         tracing::debug!(status = %want.status, reason = %want.reason, "NodectlReady condition sent");

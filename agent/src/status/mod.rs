@@ -2,6 +2,7 @@
 //! docs/status.md) and as text for people.
 
 pub mod condition;
+pub mod events;
 pub mod heartbeat;
 pub mod metrics;
 pub mod report;

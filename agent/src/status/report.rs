@@ -88,7 +88,7 @@ pub struct KubeNode {
     node: String,
     /// The node's certificate as the last pass read it.
     credentials: Option<Credentials>,
-    nodes: Option<Api<Node>>,
+    client: Option<kube::Client>,
 }
 
 impl KubeNode {
@@ -98,7 +98,7 @@ impl KubeNode {
             kubeconfig,
             node,
             credentials: None,
-            nodes: None,
+            client: None,
         }
     }
 
@@ -110,16 +110,16 @@ impl KubeNode {
             _ => false,
         };
         if !same {
-            self.nodes = None;
+            self.client = None;
             self.credentials = c.cloned();
         }
     }
 
     /// The client, made if there is none: checks that only the node's own certificate is used,
-    /// for its own Node.
-    async fn nodes(&mut self) -> Result<Api<Node>, ReportError> {
-        if let Some(n) = &self.nodes {
-            return Ok(n.clone());
+    /// for its own Node (and the Events about it: `daemon::events`).
+    pub async fn client(&mut self) -> Result<kube::Client, ReportError> {
+        if let Some(c) = &self.client {
+            return Ok(c.clone());
         }
         let own = format!("system:node:{}", self.node);
         match self.credentials.as_ref().map(|c| c.subject.as_str()) {
@@ -152,13 +152,18 @@ impl KubeNode {
         let conn = crate::kubeconfig::connect(&self.root, kubeconfig, false)
             .await
             .map_err(|e| ReportError::Api(e.to_string()))?;
-        let nodes: Api<Node> = Api::all(conn.client);
-        self.nodes = Some(nodes.clone());
-        Ok(nodes)
+        self.client = Some(conn.client.clone());
+        Ok(conn.client)
+    }
+
+    /// After a failed request: the next one makes the client again (its files may have
+    /// changed).
+    pub fn drop_client(&mut self) {
+        self.client = None;
     }
 
     async fn write(&mut self, status: bool, body: Value) -> Result<(), ReportError> {
-        let nodes = self.nodes().await?;
+        let nodes: Api<Node> = Api::all(self.client().await?);
         let pp = PatchParams::default();
         let r = if status {
             bounded(
@@ -174,8 +179,7 @@ impl KubeNode {
             .await
         };
         if r.is_err() {
-            // made again for the next request (its files may have changed)
-            self.nodes = None;
+            self.drop_client();
         }
         crate::memory::release_freed();
         r

@@ -6,8 +6,11 @@
 //! there); an event an operator alerts on carries a `MESSAGE_ID` of [`ids`]. The identifier is
 //! the binary's (`nodectld`, `nodectl`).
 
+pub mod noted;
+
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::Layer as _;
 use tracing_subscriber::{fmt, EnvFilter};
 
 /// `MESSAGE_ID`s (journalctl MESSAGE_ID=...) of the events an operator alerts on: set as the
@@ -21,27 +24,45 @@ pub mod ids {
     pub const REBOOT_RELEASED: &str = "8b3c4d5e6f7041829304b5c6d7e8f9a2";
     /// The node's certificate request was denied (or failed) by the cluster.
     pub const CSR_DENIED: &str = "9c4d5e6f708142939415c6d7e8f90ab3";
+    /// This node began draining for a reboot (it holds a slot).
+    pub const DRAINING: &str = "ad5e6f708192435a8b26d7e8f90a1bc4";
+
+    /// Every id above (what `noted` keeps for Kubernetes Events).
+    pub const ALL: &[&str] = &[
+        CONDITION_CHANGED,
+        REBOOT_GRANTED,
+        REBOOT_RELEASED,
+        CSR_DENIED,
+        DRAINING,
+    ];
 }
 
 /// Sets up logging for the binary `identifier`: journald when stderr is the journal, stderr
-/// otherwise; the filter comes from `NODECTL_LOG`, else `default_level`.
+/// otherwise; the filter comes from `NODECTL_LOG`, else `default_level`. Lines with a
+/// `MESSAGE_ID` are also noted ([`noted`]) whatever the filter.
 pub fn init(identifier: &str, default_level: &str) {
     let filter =
-        EnvFilter::try_from_env("NODECTL_LOG").unwrap_or_else(|_| EnvFilter::new(default_level));
-    let registry = tracing_subscriber::registry().with(filter);
+        || EnvFilter::try_from_env("NODECTL_LOG").unwrap_or_else(|_| EnvFilter::new(default_level));
+    let registry = tracing_subscriber::registry().with(noted::Capture);
     if std::env::var_os("JOURNAL_STREAM").is_some() {
         if let Ok(journald) = tracing_journald::layer() {
             registry
                 .with(
                     journald
                         .with_syslog_identifier(identifier.into())
-                        .with_field_prefix(None),
+                        .with_field_prefix(None)
+                        .with_filter(filter()),
                 )
                 .init();
             return;
         }
     }
     registry
-        .with(fmt::layer().with_writer(std::io::stderr).with_target(false))
+        .with(
+            fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_target(false)
+                .with_filter(filter()),
+        )
         .init();
 }
