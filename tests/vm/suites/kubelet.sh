@@ -228,11 +228,11 @@ expect "K5 no pass in $idle s idle (no polling)" "$passes1" "$passes0"
 # only a poller exceeds: issue 50, no timing gate in the test command)
 check "K5 not polling: $((cpu1 - cpu0)) CPU ticks in $idle s idle (a poller above 100)" test $((cpu1 - cpu0)) -le 100
 
-echo "## K8: journalctl -o json shows the documented fields and MESSAGE_IDs (docs/troubleshooting.md)"
-k8=$(journalctl -u nodectld.service --no-pager -o json | jq -s -c '{id: [.[] | select(.MESSAGE_ID == "4f1c2a7e9b3d4c5e8a6f0b1c2d3e4f50") | {STATUS, REASON, SYSLOG_IDENTIFIER}] | last, step: map(select(.STEP)) | length, prefixed: map(select(.F_STEP or .F_TRIGGER)) | length}')
+echo "## K8: journalctl -o json shows the documented fields (docs/troubleshooting.md; the MESSAGE_IDs: typhoon.sh T1)"
+k8=$(journalctl -u nodectld.service --no-pager -o json | jq -s -c '{step: map(select(.STEP)) | length, trigger: map(select(.TRIGGER)) | length, prefixed: map(select(.F_STEP or .F_TRIGGER)) | length, ids: (map(.SYSLOG_IDENTIFIER) | unique)}')
 echo "  | $k8"
-check "K8 the condition's MESSAGE_ID with STATUS and REASON, STEP fields, none prefixed F_, from nodectld" \
-  jq -e '.id.STATUS == "True" and .id.REASON == "Converged" and .id.SYSLOG_IDENTIFIER == "nodectld" and .step > 0 and .prefixed == 0' <<<"$k8"
+check "K8 STEP and TRIGGER fields, none prefixed F_, from nodectld" \
+  jq -e '.step > 0 and .trigger > 0 and .prefixed == 0 and (.ids | index("nodectld"))' <<<"$k8"
 
 echo "## K7: FleetLock serves Zincati's unit, not whoever takes its uid"
 # Issue 37, 4: a root process can setuid to zincati before socket(); the kernel's socket table

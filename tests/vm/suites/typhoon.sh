@@ -87,6 +87,10 @@ check "T1 kubelet has the provider id from afterburn's metadata" grep -q -- "--p
 check "T1 and --cloud-provider=external, no --hostname-override" bash -c \
   'grep -q -- "--cloud-provider=external" <<<"$1" && ! grep -q -- "--hostname-override" <<<"$1"' _ "$args"
 expect "T1 the certificate names the kernel's hostname" "$(nodectl status --json | jq -r .credentials.subject)" "system:node:ip-10-0-1-7"
+# (the node is registered here, so its condition is reported: docs/troubleshooting.md's
+# MESSAGE_ID, as journalctl -o json shows it)
+check "T1 journalctl -o json: the condition's MESSAGE_ID with STATUS, REASON, NODE, from nodectld" wait_until 30 sh -c \
+  "journalctl -u nodectld.service --no-pager -o json | jq -e -s 'map(select(.MESSAGE_ID == \"4f1c2a7e9b3d4c5e8a6f0b1c2d3e4f50\" and .STATUS and .REASON and .NODE == \"ip-10-0-1-7\" and .SYSLOG_IDENTIFIER == \"nodectld\")) | length > 0' >/dev/null"
 mv /root/hostname.static /etc/hostname
 hostnamectl set-hostname "$(cat /etc/hostname)"
 rm -f /etc/systemd/system/afterburn.service
