@@ -86,6 +86,28 @@ impl Agent {
     }
 }
 
+/// Signals the agent's `State` (PropertiesChanged with its value) on `conn`, where the agent is
+/// served; failures are logged at debug (nobody may be listening).
+pub(crate) async fn emit_state_changed(conn: &zbus::Connection) {
+    match conn
+        .object_server()
+        .interface::<_, Agent>(OBJECT_PATH)
+        .await
+    {
+        Ok(iface) => {
+            if let Err(e) = iface
+                .get()
+                .await
+                .state_changed(iface.signal_emitter())
+                .await
+            {
+                tracing::debug!("signalling the state: {e}");
+            }
+        }
+        Err(e) => tracing::debug!("signalling the state: {e}"),
+    }
+}
+
 async fn caller_uid(hdr: &Header<'_>, conn: &zbus::Connection) -> zbus::fdo::Result<u32> {
     let sender = hdr
         .sender()

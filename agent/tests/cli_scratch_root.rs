@@ -170,7 +170,7 @@ async fn kubelet_starts_only_after_bootstrap_kubeconfig_and_reruns_make_no_calls
 fn typo_in_a_key_names_file_key_and_near_keys() {
     let d = scratch("[node]\nrole = \"worker\"\ntaint = [\"a:NoSchedule\"]\n");
     let (rc, out, err) = nodectl(d.path(), &["plan"]);
-    assert_eq!(rc, 1, "{out}");
+    assert_eq!(rc, 3, "{out}");
     let file = d.path().join("etc/nodectl/config.d/10-node.toml");
     assert!(
         err.contains(&format!(
@@ -200,7 +200,7 @@ fn config_check_takes_the_roots_fragments_or_the_files_given_offline() {
     )
     .unwrap();
     let (rc, _, err) = nodectl(d.path(), &["config", "check"]);
-    assert_eq!(rc, 1);
+    assert_eq!(rc, 3);
     assert!(err.starts_with("config invalid: "), "{err}");
     assert!(err.contains("20-bad.toml: key `node.role`"), "{err}");
     let files = tempfile::tempdir().unwrap();
@@ -211,7 +211,7 @@ fn config_check_takes_the_roots_fragments_or_the_files_given_offline() {
         d.path(),
         &["config", "check", a.to_str().unwrap(), b.to_str().unwrap()],
     );
-    assert_eq!(rc, 1);
+    assert_eq!(rc, 3);
     assert!(
         err.contains(&format!(
             "{}: key `kubelet.imgae`: unknown key",
@@ -288,7 +288,7 @@ fn container_linux_is_refused() {
     )
     .unwrap();
     let (rc, _, err) = nodectl(d.path(), &["plan"]);
-    assert_eq!(rc, 1);
+    assert_eq!(rc, 3);
     assert!(
         err.contains("end-of-life") && err.contains("Flatcar"),
         "{err}"
@@ -454,7 +454,7 @@ fn bad_bundles_place_nothing_and_say_why() {
         let r = d.path();
         drop_bundle(r, "assets", &text);
         let (rc, out, _) = nodectl(r, &["apply"]);
-        assert_eq!(rc, 1, "{out}");
+        assert_eq!(rc, 3, "{out}");
         assert!(
             out.contains(why) && out.contains("/var/lib/nodectl/inbox/assets"),
             "{why}: {out}"
@@ -505,7 +505,7 @@ async fn worker_refuses_etcd_credentials() {
         ]),
     );
     let (rc, out, _) = nodectl(r, &["apply"]);
-    assert_eq!(rc, 1);
+    assert_eq!(rc, 3);
     assert!(
         out.contains("etcd credentials are refused on a worker"),
         "{out}"
@@ -552,7 +552,7 @@ async fn kubelet_is_not_started_when_its_ca_cannot_be_read() {
     )
     .unwrap();
     let (rc, out, _) = nodectl(r, &["apply"]);
-    assert_eq!(rc, 1, "{out}");
+    assert_eq!(rc, 3, "{out}");
     assert!(
         out.contains(
             "cluster \"local\" has neither certificate-authority-data nor certificate-authority"
@@ -621,20 +621,43 @@ fn a_provider_id_from_the_instance_metadata_waits_for_it() {
 }
 
 /// `nodectl wait`: an ordering point for Typhoon's bootstrap.service (it reads the pki the secrets
-/// step places): exit 1 with what it waits for while the bundle is missing, 0 once placed.
+/// step places): exit 5 with what it waits for while the bundle is missing (timed out), 0 once
+/// placed, 64 for a step that does not exist.
 #[test]
 fn wait_returns_once_the_steps_are_converged() {
     let d = scratch("[node]\nrole = \"controller\"\nname = \"controller-0\"\n");
     // (nodectld's first pass makes the inbox; until then the step has that change pending)
     std::fs::create_dir_all(d.path().join("var/lib/nodectl/inbox")).unwrap();
     let (rc, _, err) = nodectl(d.path(), &["wait", "secrets", "--timeout", "1"]);
-    assert_eq!(rc, 1, "{err}");
+    assert_eq!(rc, 5, "{err}");
     assert!(
         err.contains("still waiting after 1 s: secrets: the bootstrap assets bundle"),
         "{err}"
     );
     let (rc, _, err) = nodectl(d.path(), &["wait", "no-such-step", "--timeout", "1"]);
-    assert!(rc == 1 && err.contains("no step \"no-such-step\""), "{err}");
+    assert!(
+        rc == 64 && err.contains("no step \"no-such-step\""),
+        "{err}"
+    );
+    // --json: one object, the same exit code
+    let (rc, out, _) = nodectl(d.path(), &["wait", "secrets", "--timeout", "1", "--json"]);
+    assert_eq!(rc, 5);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        (v["converged"].as_bool(), v["timed_out"].as_bool()),
+        (Some(false), Some(true)),
+        "{v}"
+    );
+    assert!(
+        v["waiting_for"][0]
+            .as_str()
+            .unwrap()
+            .starts_with("secrets: "),
+        "{v}"
+    );
+    // a wrong command line is a usage error (64), not "not clean" (clap's 2)
+    let (rc, _, _) = nodectl(d.path(), &["wait", "secrets", "--no-such-flag"]);
+    assert_eq!(rc, 64);
     std::fs::create_dir_all(d.path().join("etc/kubernetes/pki")).unwrap();
     std::fs::write(d.path().join("etc/kubernetes/pki/ca.crt"), "x").unwrap();
     let (rc, out, err) = nodectl(
@@ -660,7 +683,7 @@ async fn import_checks_the_bundle_hands_it_over_and_waits_until_it_is_placed() {
     // A worker's bundle on a controller: refused before anything is handed over.
     std::fs::write(&assets, typhoon_bundle(&[("tls/k8s/../ca.key", KEY)])).unwrap();
     let (rc, _, err) = nodectl(&r, &["import", assets.to_str().unwrap(), "--no-wait"]);
-    assert_eq!(rc, 1, "{err}");
+    assert_eq!(rc, 3, "{err}");
     assert!(err.contains("nothing was imported"), "{err}");
     assert!(!err.contains("MHcfake"), "key material in an error: {err}");
     assert!(assets.exists(), "a refused bundle is left where it was");
@@ -766,4 +789,42 @@ fn the_step_marks_are_ascii_outside_a_utf8_locale() {
     assert!(ascii.contains("  + node-files "), "{ascii}");
     let utf8 = run("C.UTF-8");
     assert!(utf8.contains("  ✓ node-files "), "{utf8}");
+}
+
+/// Issue 40: `nodectl apply` never runs at once with another pass (nodectld's, or another
+/// apply): while the pass lock (`/run/nodectl/pass.lock`) is held it says so, waits and changes
+/// nothing; once the lock is free it runs.
+#[test]
+fn apply_waits_for_the_pass_under_way() {
+    let d = scratch(&example_worker());
+    let root = nodectl::root::Root::new(d.path());
+    let held = nodectl::fsio::lock::try_pass_lock(&root)
+        .unwrap()
+        .expect("the lock is free");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_nodectl"))
+        .arg("--root")
+        .arg(d.path())
+        .arg("apply")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "apply ended while another pass held the lock"
+    );
+    assert!(
+        !d.path().join("etc/systemd/system/kubelet.service").exists(),
+        "apply changed the node while another pass held the lock"
+    );
+    drop(held);
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("nodectld is running a pass; waiting for it to end"),
+        "{err}"
+    );
+    assert!(d.path().join("etc/systemd/system/kubelet.service").exists());
 }

@@ -1,22 +1,22 @@
 //! The commands: `fleet`, `reboots`, `describe NODE` (each a list or two, then the pure
-//! modules' text or JSON). Exit codes (docs/status.md): 0 done (for `fleet`: every node ready),
-//! 1 error, 2 `fleet`: some node's `NodectlReady` is not `True`.
+//! modules' text or JSON). Exit codes ([`crate::exit`]): 0 done (for `fleet`: every node
+//! ready), 1 error, 2 `fleet`: some node's `NodectlReady` is not `True`, 64 usage.
 
 use std::io::Write as _;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context as _;
-use clap::{Parser, Subcommand};
+use clap::Subcommand;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Event, Node};
 use kube::Api;
 
 use crate::load::{self, Target};
 use crate::names::REBOOT_NAMESPACE;
-use crate::{describe, fleet, reboots};
+use crate::{describe, exit, fleet, reboots};
 
 /// `kubectl nodectl`: the command line.
-#[derive(Parser, Debug)]
+#[derive(clap::Parser, Debug)]
 #[command(
     name = "kubectl-nodectl",
     bin_name = "kubectl nodectl",
@@ -121,7 +121,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
             } else {
                 emit(&reboots::render(&rows, now()))?;
             }
-            Ok(0)
+            Ok(exit::OK)
         }
         Command::Describe {
             node,
@@ -173,7 +173,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
             } else {
                 emit(&describe::render(&d, now()))?;
             }
-            Ok(0)
+            Ok(exit::OK)
         }
     }
 }
@@ -194,7 +194,11 @@ pub async fn fleet_cmd(target: &Target, as_json: bool) -> anyhow::Result<i32> {
     } else {
         emit(&fleet::render(&rows))?;
     }
-    Ok(if rows.iter().all(|r| r.ready) { 0 } else { 2 })
+    Ok(if rows.iter().all(|r| r.ready) {
+        exit::OK
+    } else {
+        exit::NOT_CLEAN
+    })
 }
 
 async fn reboot_objects(

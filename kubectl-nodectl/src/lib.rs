@@ -6,6 +6,7 @@
 
 pub mod cli;
 pub mod describe;
+pub mod exit;
 pub mod fleet;
 pub mod load;
 pub mod names;

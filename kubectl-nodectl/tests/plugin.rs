@@ -313,6 +313,12 @@ async fn the_plugin_shows_a_fleet_its_reboots_and_one_node_from_two_kubeconfig_f
     assert_eq!(r.rc, 1);
     assert!(r.err.contains("node gone-1"), "{}", r.err);
 
+    // a wrong command line is a usage error (64), told apart from "a node is not ready" (2)
+    let r = plugin_async(home, env.clone(), &["fleet", "--no-such-flag"]).await;
+    assert_eq!(r.rc, 64, "{}", r.err);
+    let r = plugin_async(home, env.clone(), &["--help"]).await;
+    assert_eq!(r.rc, 0);
+
     // an unknown context is named, with the files
     let r = plugin_async(home, env, &["fleet", "--context", "nope"]).await;
     assert_eq!(r.rc, 1);

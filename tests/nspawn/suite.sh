@@ -154,6 +154,12 @@ check "nobody can read status over D-Bus" setpriv --reuid=65534 --regid=65534 --
 out=$(setpriv --reuid=65534 --regid=65534 --clear-groups busctl call org.nodectl.Agent1 /org/nodectl/Agent1 org.nodectl.Agent1 Converge 2>&1)
 check "nobody cannot call Converge" grep -qi "access denied\|AccessDenied" <<<"$out"
 check "root can call Converge" nodectl converge
+# converge --wait follows nodectld's State (PropertiesChanged on the system bus, which the
+# shipped policy lets through) until the pass it asked for ran
+out=$(timeout 60 nodectl converge --wait --json)
+check "converge --wait returns once its pass ran ($(jq -c . <<<"$out" 2>&1))" jq -e '.ok == true and .passes > 0' <<<"$out"
+rc=0; setpriv --reuid=65534 --regid=65534 --clear-groups nodectl converge --wait >/dev/null 2>&1 || rc=$?
+expect "nobody's converge --wait is refused (exit 1)" "$rc" 1
 
 echo "## after the bootstrap, the bootstrap kubeconfig may go (docs/security.md): the node stays converged"
 rm /etc/kubernetes/kubeconfig
@@ -220,7 +226,7 @@ expect "the slot is still held" "$(nodectl status --json | jq -r '.reboot.holder
 out=$(fleetlock /v1/pre-reboot 0123456789abcdef0123456789abcdef)
 check "another node's id is refused (wrong_node)" grep -q '"kind":"wrong_node"' <<<"$out"
 out=$(setpriv --reuid=65534 --regid=65534 --clear-groups nodectl reboot-lock release worker-1 2>&1)
-check "nobody cannot free a slot" grep -qi "access denied\|AccessDenied" <<<"$out"
+check "nobody cannot free a slot ($out)" grep -qi "access denied\|AccessDenied" <<<"$out"
 check "root frees a stuck slot: nodectl reboot-lock release" nodectl reboot-lock release worker-1
 expect "the Lease has no holder now" "$(nodectl status --json | jq '.reboot.holders | length')" 0
 out=$(fleetlock /v1/pre-reboot "$id")

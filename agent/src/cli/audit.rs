@@ -29,6 +29,14 @@ pub(super) fn run(root: &Root, json: bool, fix: bool) -> anyhow::Result<i32> {
     };
     if fix && !findings.is_empty() {
         let host = host.context("fixing needs the host")?;
+        // (not while nodectld's pass runs: the fixes are changes too)
+        let _lock = crate::fsio::lock::pass_lock_blocking(root, || {
+            eprintln!(
+                "nodectld is running a pass; waiting for it to end ({})",
+                crate::fsio::lock::PASS_LOCK
+            )
+        })
+        .context("taking the pass lock")?;
         let labeler = nodectl_selinux::Labeler::new(root.dir(), &host.selinux);
         let writer = crate::fsio::Writer::new(root, &labeler);
         for line in crate::audit::fix(&writer, &findings) {

@@ -21,7 +21,7 @@ pub enum CheckOs {
     Generic,
 }
 
-/// Exit 0: valid; 1: invalid (or the host cannot be read).
+/// Exit 0: valid; 3: invalid; 1: the host cannot be read.
 pub fn check(
     root: &Root,
     files: &[PathBuf],
@@ -80,7 +80,7 @@ pub fn check(
             } else {
                 eprintln!("config invalid: {e}");
             }
-            Ok(1)
+            Ok(kubectl_nodectl::exit::FAILED)
         }
     }
 }

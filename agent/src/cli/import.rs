@@ -12,6 +12,7 @@
 //! nodectld (its own checks, an owner missing) ends the wait with its error; the bundle stays
 //! in the inbox for the operator to replace.
 
+use kubectl_nodectl::exit;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -74,7 +75,7 @@ fn read_bundle(file: &Path) -> anyhow::Result<Vec<u8>> {
 }
 
 /// Runs `nodectl import`; returns the exit code (0: placed, or handed over with `--no-wait`;
-/// 1: refused, failed or timed out).
+/// 3: refused; 5: timed out; 1: error).
 pub(super) async fn run(root: &Root, file: &Path, wait: bool, timeout: u64) -> anyhow::Result<i32> {
     let host = crate::load::host(root)?;
     let settings = crate::load::settings(root, &host)?;
@@ -83,7 +84,7 @@ pub(super) async fn run(root: &Root, file: &Path, wait: bool, timeout: u64) -> a
         Ok(set) => set.files.len(),
         Err(e) => {
             eprintln!("{e:#}; nothing was imported");
-            return Ok(1);
+            return Ok(exit::FAILED);
         }
     };
     let labeler = nodectl_selinux::Labeler::new(root.dir(), &host.selinux);
@@ -141,7 +142,7 @@ async fn placed(root: &Root, dest: &Path, files: usize, timeout: u64) -> anyhow:
                     "nodectld refused the bundle: {error}\n(it stays in {}; import a mended one to replace it)",
                     dest.display()
                 );
-                return Ok(1);
+                return Ok(exit::FAILED);
             }
             _ if there => format!("nodectld to place {}", dest.display()),
             Some(StepState::Waiting { waiting_for }) => format!("secrets: {waiting_for}"),
@@ -150,7 +151,7 @@ async fn placed(root: &Root, dest: &Path, files: usize, timeout: u64) -> anyhow:
         };
         if Instant::now() >= deadline {
             eprintln!("still waiting after {timeout} s for {left}");
-            return Ok(1);
+            return Ok(exit::TIMEOUT);
         }
         if left != said {
             println!("waiting for {left}");

@@ -4,6 +4,7 @@
 
 mod audit;
 mod config_cmd;
+mod converge;
 mod fleet;
 mod import;
 mod status_cmd;
@@ -13,13 +14,16 @@ use std::path::PathBuf;
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
+use kubectl_nodectl::exit;
 use nodectl_units::systemd::{Client, Offline, Systemd};
 
-use crate::dbus::Agent1Proxy;
 use crate::engine::Cx;
 use crate::root::Root;
 use crate::status::{self, Status};
 use crate::{load, steps};
+
+/// How long `nodectl apply` waits for a pass under way (nodectld's) before it gives up.
+const APPLY_LOCK_WAIT: u64 = 600;
 
 /// The `nodectl` command line.
 #[derive(Parser, Debug)]
@@ -48,23 +52,36 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Show what a pass would change and why. Changes nothing.
+    /// Show what a pass would change and why. Changes nothing. Exit 0; 2: with
+    /// `--detailed-exitcode`, changes pending; 3: a step failed.
     Plan {
         /// Machine-readable output.
         #[arg(long)]
         json: bool,
-        /// Exit 2 when changes are pending (0: none, 1: error).
+        /// Exit 2 when changes are pending (0: none, 3: a step failed, 1: error).
         #[arg(long)]
         detailed_exitcode: bool,
     },
-    /// Run one convergence pass here (without the daemon).
+    /// Run one convergence pass here (without the daemon). Exit 0: converged; 3: a step failed.
     Apply {
         /// Machine-readable output.
         #[arg(long)]
         json: bool,
     },
-    /// Ask nodectld to run a pass now (root only).
-    Converge,
+    /// Ask nodectld to run a pass now (root only). Exit 0: asked (`--wait`: the pass ran and
+    /// every step converged); 3: `--wait`, a step failed; 4: nodectld is not running; 5:
+    /// `--wait`, timed out; 1: error.
+    Converge {
+        /// Wait until the pass ran (its progress on a terminal).
+        #[arg(long)]
+        wait: bool,
+        /// With `--wait`: give up after this many seconds.
+        #[arg(long, default_value_t = 600, requires = "wait")]
+        timeout: u64,
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
     /// Check the node against a security review's node-level findings (docs/security.md).
     /// Exit 0: none; 2: medium or low only; 3: a high finding; 1: error.
     Audit {
@@ -78,7 +95,8 @@ pub enum Command {
     },
     /// Wait until these steps are converged (an ordering point for units that need them, e.g.
     /// Typhoon's bootstrap.service: `ExecStartPre=nodectl wait secrets`). Exit 0: converged;
-    /// 1: timeout or a step failed (what it waits for is printed).
+    /// 3: the config is invalid; 5: timed out (what each step waits for is printed; a failed
+    /// step is waited out, a later pass may mend it); 64: no such step.
     Wait {
         /// Step ids (`nodectl status` lists them), e.g. `secrets`, `kubelet-running`.
         #[arg(required = true)]
@@ -87,12 +105,15 @@ pub enum Command {
         /// wait, waits as long).
         #[arg(long, default_value_t = 3600)]
         timeout: u64,
+        /// Machine-readable output (one object when it ends).
+        #[arg(long)]
+        json: bool,
     },
     /// Hand a Typhoon assets bundle to nodectld (root only), as Typhoon's Terraform delivers it:
     /// `ssh.tf` copies it to /home/core/assets and runs /opt/bootstrap/layout, which is
     /// `nodectl import assets` on a nodectl node. Checks it first (nothing is handed over from a
     /// bundle nodectld would refuse), puts it in the inbox atomically (0600), removes FILE, and
-    /// waits until nodectld placed it. Exit 0: placed; 1: refused, failed or timed out.
+    /// waits until nodectld placed it. Exit 0: placed; 3: refused; 5: timed out; 1: error.
     Import {
         /// The bundle (terraform-render-bootstrap's `##### <path>` records).
         file: PathBuf,
@@ -132,7 +153,7 @@ pub enum Command {
 #[derive(Subcommand, Debug)]
 pub enum ConfigAction {
     /// Check the settings as nodectld would take them, without it: the fragments under the
-    /// root's config directories, or FILES alone in their order. Exit 0: valid; 1: invalid
+    /// root's config directories, or FILES alone in their order. Exit 0: valid; 3: invalid
     /// (the file and key are named).
     Check {
         /// Fragments to check instead of the root's (merged in this order, later files win).
@@ -157,6 +178,9 @@ pub enum RebootLockAction {
         /// The reboot group the slot is in (default: this node's, `reboot.group`).
         #[arg(long)]
         group: Option<String>,
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -179,6 +203,19 @@ async fn cx_for(root: &Root) -> anyhow::Result<Cx> {
     ))
 }
 
+/// The context of a pass, or the exit code when the host or the settings do not load (said on
+/// stderr): an invalid config is a failure (3), not an error of the command.
+async fn cx_or_failed(root: &Root) -> anyhow::Result<Result<Cx, i32>> {
+    match cx_for(root).await {
+        Ok(cx) => Ok(Ok(cx)),
+        Err(e) if e.downcast_ref::<load::LoadError>().is_some() => {
+            eprintln!("error: {e:#}");
+            Ok(Err(exit::FAILED))
+        }
+        Err(e) => Err(e),
+    }
+}
+
 fn heading(cx: &Cx) -> String {
     format!(
         "Plan for {} {} on {} (root {}):",
@@ -198,9 +235,18 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
             detailed_exitcode,
         } => plan(&root, json, detailed_exitcode).await,
         Command::Apply { json } => apply(&root, json).await,
-        Command::Converge => converge().await,
+        Command::Converge {
+            wait,
+            timeout,
+            json,
+        } => converge::converge(wait, timeout, json).await,
         Command::RebootLock {
-            action: RebootLockAction::Release { holder, group },
+            action:
+                RebootLockAction::Release {
+                    holder,
+                    group,
+                    json,
+                },
         } => {
             let group = match group {
                 Some(g) => g,
@@ -210,14 +256,18 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
                         .group
                 }
             };
-            release(&group, &holder).await
+            converge::release(&group, &holder, json).await
         }
         Command::Audit { json, fix } => audit::run(&root, json, fix),
         Command::Config {
             action: ConfigAction::Check { files, os, json },
         } => config_cmd::check(&root, &files, os, json),
         Command::Status { json } => status_cmd::run(&root, json).await,
-        Command::Wait { steps, timeout } => wait::run(&root, &steps, timeout).await,
+        Command::Wait {
+            steps,
+            timeout,
+            json,
+        } => wait::run(&root, &steps, timeout, json).await,
         Command::Import {
             file,
             no_wait,
@@ -228,7 +278,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
 }
 
 async fn plan(root: &Root, json: bool, detailed_exitcode: bool) -> anyhow::Result<i32> {
-    let cx = cx_for(root).await?;
+    let cx = match cx_or_failed(root).await? {
+        Ok(cx) => cx,
+        Err(code) => return Ok(code),
+    };
     let report = steps::engine().plan(&cx).await;
     if json {
         println!("{}", serde_json::to_string_pretty(&report)?);
@@ -236,16 +289,35 @@ async fn plan(root: &Root, json: bool, detailed_exitcode: bool) -> anyhow::Resul
         crate::util::locale::print(&status::render_plan(&report, &heading(&cx)));
     }
     Ok(if !report.failed().is_empty() {
-        1
+        exit::FAILED
     } else if detailed_exitcode && report.pending_changes() > 0 {
-        2
+        exit::NOT_CLEAN
     } else {
-        0
+        exit::OK
     })
 }
 
 async fn apply(root: &Root, json: bool) -> anyhow::Result<i32> {
-    let mut cx = cx_for(root).await?;
+    let mut cx = match cx_or_failed(root).await? {
+        Ok(cx) => cx,
+        Err(code) => return Ok(code),
+    };
+    // Never at once with nodectld's pass (it waits for one under way; nodectld's next waits
+    // for this one).
+    let wait = std::time::Duration::from_secs(APPLY_LOCK_WAIT);
+    let lock = crate::fsio::lock::pass_lock(root, || {
+        eprintln!(
+            "nodectld is running a pass; waiting for it to end ({})",
+            crate::fsio::lock::PASS_LOCK
+        )
+    });
+    let _lock = match tokio::time::timeout(wait, lock).await {
+        Ok(l) => l.context("taking the pass lock")?,
+        Err(_) => {
+            eprintln!("the pass under way did not end within {APPLY_LOCK_WAIT} s");
+            return Ok(exit::TIMEOUT);
+        }
+    };
     // An operator asked: retry what a daemon would leave to a backoff, and see a
     // certificate request through (this process is gone after the pass).
     cx.forced = true;
@@ -264,33 +336,11 @@ async fn apply(root: &Root, json: bool) -> anyhow::Result<i32> {
         }
         println!("{}", Status::summary(&report));
     }
-    Ok(if report.failed().is_empty() { 0 } else { 1 })
-}
-
-async fn converge() -> anyhow::Result<i32> {
-    let conn = zbus::Connection::system()
-        .await
-        .context("connecting to the system bus")?;
-    let agent = Agent1Proxy::new(&conn).await?;
-    agent
-        .converge()
-        .await
-        .context("asking nodectld to converge")?;
-    println!("nodectld is converging; see `nodectl status`.");
-    Ok(0)
-}
-
-async fn release(group: &str, holder: &str) -> anyhow::Result<i32> {
-    let conn = zbus::Connection::system()
-        .await
-        .context("connecting to the system bus")?;
-    let agent = Agent1Proxy::new(&conn).await?;
-    let msg = agent
-        .release_reboot_slot(group, holder)
-        .await
-        .context("asking nodectld to release the slot")?;
-    println!("{msg}");
-    Ok(0)
+    Ok(if report.failed().is_empty() {
+        exit::OK
+    } else {
+        exit::FAILED
+    })
 }
 
 #[cfg(test)]

@@ -9,26 +9,33 @@ use crate::load;
 use crate::root::Root;
 use crate::status::{self, Daemon, HostStatus, Status};
 use crate::steps;
+use kubectl_nodectl::exit;
 
-/// Runs `nodectl status`; returns the exit code.
+/// Runs `nodectl status`; returns the exit code: 0, 3 a step failed or the config is invalid,
+/// 4 nodectld is not running (what the disk shows is printed).
 pub(super) async fn run(root: &Root, json: bool) -> anyhow::Result<i32> {
     let st = status_from_daemon(root).await;
-    let st = match st {
-        Ok(st) => st,
-        Err(why) => status_from_disk(root, why.to_string()).await,
+    let (st, running) = match st {
+        Ok(st) => (st, true),
+        // a scratch root has no daemon by design
+        Err(Unavailable::ScratchRoot) => (
+            status_from_disk(root, Unavailable::ScratchRoot.to_string()).await,
+            true,
+        ),
+        Err(why) => (status_from_disk(root, why.to_string()).await, false),
     };
     if json {
         println!("{}", serde_json::to_string_pretty(&st)?);
     } else {
         crate::util::locale::print(&st.render());
     }
-    Ok(
-        if st.config_error.is_some() || st.steps.iter().any(|s| s.state.name() == "failed") {
-            3
-        } else {
-            0
-        },
-    )
+    Ok(if !running {
+        exit::NOT_RUNNING
+    } else if st.config_error.is_some() || st.steps.iter().any(|s| s.state.name() == "failed") {
+        exit::FAILED
+    } else {
+        exit::OK
+    })
 }
 
 /// Why the status is not nodectld's (shown as the daemon's state).
@@ -55,14 +62,12 @@ pub(super) async fn status_from_daemon(root: &Root) -> Result<Status, Unavailabl
     let ask = async {
         let conn = zbus::Connection::system().await.map_err(Unavailable::Bus)?;
         let agent = Agent1Proxy::new(&conn).await.map_err(Unavailable::Call)?;
-        agent.get_status().await.map_err(|e| match e {
-            zbus::Error::MethodError(name, _, _)
-                if name.as_str().ends_with("ServiceUnknown")
-                    || name.as_str().ends_with("NameHasNoOwner") =>
-            {
+        agent.get_status().await.map_err(|e| {
+            if super::converge::not_running(&e) {
                 Unavailable::NotRunning
+            } else {
+                Unavailable::Call(e)
             }
-            e => Unavailable::Call(e),
         })
     };
     let json = tokio::time::timeout(Duration::from_secs(5), ask)

@@ -3,7 +3,10 @@
 //! secrets`). Asks nodectld's status every half second (from the disk when nodectld is not
 //! there) until every step named is converged.
 
+use std::io::IsTerminal as _;
 use std::time::{Duration, Instant};
+
+use kubectl_nodectl::exit;
 
 use super::status_cmd::{status_from_daemon, status_from_disk};
 use crate::engine::StepState;
@@ -55,28 +58,57 @@ fn pending(st: &Status, steps: &[String]) -> Result<Vec<String>, Stop> {
     Ok(out)
 }
 
-/// Runs `nodectl wait`; returns the exit code.
-pub(super) async fn run(root: &Root, steps: &[String], timeout: u64) -> anyhow::Result<i32> {
+/// Runs `nodectl wait`; returns the exit code: 0 converged; 3 the config is invalid; 5 timed
+/// out (what each step still waits for is printed); 64 no such step. On a terminal, what it
+/// waits for is shown as it changes (stderr); `json`: one object at the end.
+pub(super) async fn run(
+    root: &Root,
+    steps: &[String],
+    timeout: u64,
+    json: bool,
+) -> anyhow::Result<i32> {
     let deadline = Instant::now() + Duration::from_secs(timeout);
+    let progress = !json && std::io::stderr().is_terminal();
+    let mut said = Vec::new();
     loop {
         let st = match status_from_daemon(root).await {
             Ok(st) => st,
             Err(why) => status_from_disk(root, why.to_string()).await,
         };
-        match pending(&st, steps) {
-            Ok(left) if left.is_empty() => {
-                println!("converged: {}", steps.join(", "));
-                return Ok(0);
+        let (code, left) = match pending(&st, steps) {
+            Ok(left) if left.is_empty() => (exit::OK, left),
+            Ok(left) if Instant::now() >= deadline => (exit::TIMEOUT, left),
+            Ok(left) => {
+                if progress && left != said {
+                    eprintln!("waiting for {}", left.join("; "));
+                    said = left;
+                }
+                tokio::time::sleep(EVERY).await;
+                continue;
             }
-            Ok(left) if Instant::now() >= deadline => {
-                eprintln!("still waiting after {timeout} s: {}", left.join("; "));
-                return Ok(1);
-            }
-            Ok(_) => tokio::time::sleep(EVERY).await,
             Err(e) => {
-                eprintln!("{e}");
-                return Ok(1);
+                let code = match e {
+                    Stop::Config(_) => exit::FAILED,
+                    Stop::Unknown(..) => exit::USAGE,
+                };
+                if json {
+                    let v = serde_json::json!({"converged": false, "steps": steps, "error": e.to_string()});
+                    println!("{}", serde_json::to_string_pretty(&v)?);
+                } else {
+                    eprintln!("{e}");
+                }
+                return Ok(code);
             }
+        };
+        if json {
+            let v = serde_json::json!({"converged": code == exit::OK, "steps": steps,
+                "waiting_for": left, "timed_out": code == exit::TIMEOUT});
+            println!("{}", serde_json::to_string_pretty(&v)?);
+        } else if code == exit::OK {
+            println!("converged: {}", steps.join(", "));
+        } else {
+            eprintln!("still waiting after {timeout} s: {}", left.join("; "));
         }
+        return Ok(code);
     }
 }

@@ -110,6 +110,28 @@ impl Checks {
     }
 }
 
+/// nodectld's command line (its man page is made of it too: `nodectl-butane shell-docs`).
+#[derive(clap::Parser, Debug)]
+#[command(
+    name = "nodectld",
+    version,
+    about = "The Kubernetes node agent (runs as the systemd unit nodectld.service)"
+)]
+pub struct Args {
+    /// Root to manage: `/` on a node, a scratch directory in tests.
+    #[arg(long, default_value = "/")]
+    pub root: std::path::PathBuf,
+    /// Do not serve org.nodectl.Agent1 on the system bus.
+    #[arg(long)]
+    pub no_bus: bool,
+    /// Seconds between drift-repair passes when nothing else wakes the agent.
+    #[arg(long, default_value_t = 3600)]
+    pub resync_secs: u64,
+    /// Quiet period (ms) after an event before a pass.
+    #[arg(long, default_value_t = 250)]
+    pub debounce_ms: u64,
+}
+
 /// Runs nodectld until SIGTERM or SIGINT.
 pub async fn run(opts: Options) -> anyhow::Result<()> {
     crate::memory::no_huge_pages();
@@ -134,8 +156,12 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         changed: Default::default(),
         settled: Default::default(),
         fleetlock_socket: reboots::passed_socket(),
+        bus: Default::default(),
     });
     let conn = serve_bus(&opts, &shared).await?;
+    if let Some(c) = &conn {
+        let _ = shared.bus.set(c.clone());
+    }
     let systemd = systemd(&opts.root, conn.as_ref()).await?;
     // kubelet's state, followed by signal for `nodectl status`.
     let follower = if let Systemd::Bus(client) = &systemd {
@@ -192,6 +218,29 @@ fn watchdog_keepalive() -> Option<tokio::task::JoinHandle<()>> {
     }))
 }
 
+/// A pass under the pass lock (`fsio::lock`): never at once with `nodectl apply` or `nodectl
+/// audit --fix` (it waits for one under way, the runtime and its watchdog keep-alive going on).
+/// A lock that cannot be taken (an unusable `/run/nodectl`) is logged, and the pass runs.
+async fn locked_pass(
+    passes: &Passes,
+    root: &Root,
+    loaded: Result<(crate::host::Host, crate::config::Settings), crate::load::LoadError>,
+    trigger: Trigger,
+    n: u64,
+) -> Option<Duration> {
+    use crate::fsio::lock::{pass_lock, PASS_LOCK};
+    let lock = pass_lock(root, || {
+        tracing::info!(
+            "another pass is under way (`nodectl apply`: {PASS_LOCK}); this one waits for it"
+        )
+    })
+    .await;
+    if let Err(e) = &lock {
+        tracing::warn!("the pass lock {PASS_LOCK}: {e}; this pass runs without it");
+    }
+    passes.run(loaded, trigger, n).await
+}
+
 /// Passes until a stop signal; returns the reboot coordination to stop.
 async fn converge_loop(
     opts: &Options,
@@ -229,7 +278,7 @@ async fn converge_loop(
         // after nodectld, waits for nodectld's stop job, until systemd's stop timeout (90 s)
         // kills nodectld (seen when kubelet was stopped and a hostname change woke a pass).
         let recheck = tokio::select! {
-            r = passes.run(loaded, trigger, n) => r,
+            r = locked_pass(passes, root, loaded, trigger, n) => r,
             _ = signals.term.recv() => { stopped_mid_pass(trigger, "SIGTERM"); break; }
             _ = signals.int.recv() => { stopped_mid_pass(trigger, "SIGINT"); break; }
         };

@@ -67,6 +67,7 @@ impl Passes {
             st.daemon.passes = passes;
             st.daemon.status_line = line.clone();
         }
+        self.shared.state_changed().await;
         crate::memory::release_freed();
         super::metrics::write(&self.root, &self.shared).await;
         self.shared.changed.notify_one();

@@ -115,6 +115,10 @@ pub(super) struct Shared {
     /// coordination serves a duplicate of it, so the port is never free while nodectld runs or
     /// restarts (issue 51, 2).
     pub(super) fleetlock_socket: Option<std::net::TcpListener>,
+    /// The bus connection `org.nodectl.Agent1` is served on, once it is: each change of the
+    /// daemon's state is signalled there (PropertiesChanged of `State`; `nodectl converge
+    /// --wait` follows it).
+    pub(super) bus: std::sync::OnceLock<zbus::Connection>,
 }
 
 impl Shared {
@@ -127,9 +131,17 @@ impl Shared {
         st
     }
 
-    /// Records the daemon's state.
+    /// Records the daemon's state, and signals it.
     pub(super) async fn set_state(&self, state: State) {
         self.status.lock().await.daemon.state = state.as_str().into();
+        self.state_changed().await;
+    }
+
+    /// Signals the state (the status lock must not be held: the property reads it).
+    pub(super) async fn state_changed(&self) {
+        if let Some(conn) = self.bus.get() {
+            crate::dbus::emit_state_changed(conn).await;
+        }
     }
 }
 

@@ -11,6 +11,7 @@ mod batch;
 mod deferred;
 mod dirs;
 mod held;
+pub mod lock;
 mod read;
 mod scope;
 mod temp;
