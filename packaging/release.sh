@@ -1,6 +1,8 @@
 #!/bin/bash
 # release.sh [--check] [VERSION [OUTDIR]]: everything a nodectl release ships, from this checkout:
 #   OUTDIR/bin/{nodectld,nodectl}          release binaries (stripped), ELF-checked (check-elf.sh)
+#   OUTDIR/share/{bash-completion,zsh,fish,man}  nodectl's completions, the man pages of nodectl
+#     and nodectld (clap's generators: nodectl-butane shell-docs), which the images carry
 #   OUTDIR/flatcar/nodectl-VERSION-x86-64.raw  sysext, squashfs   + OUTDIR/flatcar/SHA256SUMS{,.gpg}
 #   OUTDIR/fcos/nodectl-VERSION-x86-64.raw     sysext, erofs+SELinux + OUTDIR/fcos/SHA256SUMS{,.gpg}
 #   OUTDIR/nodectl-release.gpg             the signing key's public part (binary OpenPGP keyring)
@@ -138,15 +140,19 @@ rm -rf "$plugin"
 mkdir -p "$out/krew"
 "$tool" krew packaging/krew/nodectl.yaml "$version" "$url" "$(sha256sum "$out/$archive" | cut -d' ' -f1)" "$out/krew/nodectl.yaml"
 
+step "completions and man pages (into the images' /usr/share)"
+"$tool" shell-docs "$out/share"
+
 step "systemd-sysext images"
 packaging/sysext/build.sh "$version" "$out/bin" "$out"
 # the FCOS image's labels, read back from its bytes (file_contexts.fcos applied at build time)
-labels=$(packaging/sysext/erofs-labels.py "$out/fcos/nodectl-$version-x86-64.raw" /usr/bin/nodectld /usr/bin/nodectl \
+labels=$(packaging/sysext/erofs-labels.py "$out/fcos/nodectl-$version-x86-64.raw" /usr/bin/nodectld /usr/bin/nodectl /usr/share/man/man1/nodectl.1 /usr/share/bash-completion/completions/nodectl \
   /usr/lib/systemd/system/nodectld.service /usr/lib/systemd/system/nodectld.socket /usr/lib/systemd/system/multi-user.target.d/10-nodectld.conf \
   /usr/share/dbus-1/system.d/org.nodectl.Agent1.conf /usr/lib/extension-release.d/extension-release.nodectl)
 echo "$labels"
 diff <(echo "$labels") <(printf '%s\n' \
   "/usr/bin/nodectld system_u:object_r:bin_t:s0" "/usr/bin/nodectl system_u:object_r:bin_t:s0" \
+  "/usr/share/man/man1/nodectl.1 system_u:object_r:man_t:s0" "/usr/share/bash-completion/completions/nodectl system_u:object_r:usr_t:s0" \
   "/usr/lib/systemd/system/nodectld.service system_u:object_r:systemd_unit_file_t:s0" \
   "/usr/lib/systemd/system/nodectld.socket system_u:object_r:systemd_unit_file_t:s0" \
   "/usr/lib/systemd/system/multi-user.target.d/10-nodectld.conf system_u:object_r:systemd_unit_file_t:s0" \

@@ -6,7 +6,9 @@
 # Both carry usr/bin/{nodectld,nodectl}, nodectld.service (ExecStart from /usr/bin) and
 # nodectld.socket (FleetLock's port, where Zincati asks nodectld), a
 # multi-user.target drop-in with Upholds=nodectld.service (so nodectld starts on merge), the
-# D-Bus policy, and usr/lib/extension-release.d/extension-release.nodectl (ID=_any: one image
+# D-Bus policy, nodectl's completions (bash, zsh, fish) and the man pages of nodectl and
+# nodectld (from BINDIR/../share, `nodectl-butane shell-docs`), and
+# usr/lib/extension-release.d/extension-release.nodectl (ID=_any: one image
 # for both OSes' /usr, ARCHITECTURE=x86-64). Reproducible: fixed timestamps, files owned by root.
 # SYSEXT_FILE_CONTEXTS: another policy's file_contexts for the erofs labels (the VM tier uses its own).
 set -euo pipefail
@@ -17,6 +19,10 @@ repo=$(cd "$here/../.." && pwd)
 case $version in ''|*[!0-9A-Za-z.+~^_-]*) echo "build.sh: VERSION '$version' has characters systemd-sysupdate's @v cannot match" >&2; exit 2;; esac
 for b in nodectld nodectl; do
   [ -x "$bindir/$b" ] || { echo "build.sh: $bindir/$b: missing or not executable" >&2; exit 2; }
+done
+share=$(dirname "$bindir")/share
+for f in bash-completion/completions/nodectl man/man1/nodectl.1 man/man8/nodectld.8; do
+  [ -f "$share/$f" ] || { echo "build.sh: $share/$f: missing (release.sh makes it: nodectl-butane shell-docs)" >&2; exit 2; }
 done
 for t in mksquashfs mkfs.erofs; do
   command -v "$t" >/dev/null || { echo "build.sh: $t not found (Debian: squashfs-tools, erofs-utils; tests/vm/setup-host.sh installs them)" >&2; exit 2; }
@@ -41,6 +47,10 @@ cat >"$u/lib/systemd/system/multi-user.target.d/10-nodectld.conf" <<'UNIT'
 Upholds=nodectld.service
 UNIT
 install -m 0644 "$repo/packaging/dbus/org.nodectl.Agent1.conf" "$u/share/dbus-1/system.d/"
+for d in bash-completion zsh fish man; do
+  cp -R "$share/$d" "$u/share/"
+done
+find "$u/share/bash-completion" "$u/share/zsh" "$u/share/fish" "$u/share/man" -type d -exec chmod 0755 {} + -o -type f -exec chmod 0644 {} +
 printf 'ID=_any\nARCHITECTURE=x86-64\nSYSEXT_SCOPE=system\nIMAGE_ID=nodectl\nIMAGE_VERSION=%s\n' "$version" \
   >"$u/lib/extension-release.d/extension-release.nodectl"
 chmod 0644 "$u/lib/extension-release.d/extension-release.nodectl" "$u/lib/systemd/system/"*.service "$u/lib/systemd/system/"*.socket \

@@ -15,7 +15,7 @@ fi
 need=(libselinux1-dev clang libclang-dev pkg-config dbus systemd-container debootstrap e2fsprogs binutils
       squashfs-tools erofs-utils ignition containerd protobuf-compiler
       policycoreutils selinux-utils setools attr busybox-static bc jq gpg gpg-agent procps
-      prometheus prometheus-node-exporter)
+      prometheus prometheus-node-exporter groff-base)
 installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'; }
 missing=()
 for p in "${need[@]}"; do installed "$p" || missing+=("$p"); done

@@ -128,6 +128,10 @@ echo "## S2 the Flatcar image (squashfs) merges"
 check "systemd-sysext merge (systemd-sysext.service)" sysext
 check "systemd-sysext lists nodectl" sh -c 'systemd-sysext status --json=short | jq -e ".[] | select(.hierarchy == \"/usr\") | .extensions | index(\"nodectl\")"'
 check "its files are in /usr" test -x /usr/bin/nodectld -a -f /usr/lib/systemd/system/nodectld.service -a -f /usr/share/dbus-1/system.d/org.nodectl.Agent1.conf
+check "its completions load in bash (complete -p nodectl)" bash -c 'source /usr/share/bash-completion/completions/nodectl && complete -p nodectl'
+# (each renders without a warning: tier 1, tools/butane/tests/shell_docs.rs, with groff)
+check "its man pages are in /usr/share/man (nodectl.1, nodectl-converge.1, nodectld.8)" \
+  test -s /usr/share/man/man1/nodectl.1 -a -s /usr/share/man/man1/nodectl-converge.1 -a -s /usr/share/man/man8/nodectld.8
 rm -f /etc/extensions/nodectl.raw
 check "unmerged (refresh without the image)" sysext
 
@@ -160,7 +164,8 @@ check "nodectld started by the image's Upholds=" wait_until 60 sh -c '[ "$(syste
 [ "$(systemctl is-active nodectld.service)" = active ] || journalctl -u nodectld.service -o cat --no-pager | tail -8 | sed 's/^/  | /'
 expect "nodectld runs /usr/bin/nodectld" "$(readlink /proc/$(systemctl show -p MainPID --value nodectld.service)/exe)" /usr/bin/nodectld
 for f in /usr/bin/nodectld /usr/bin/nodectl /usr/lib/systemd/system/nodectld.service /usr/lib/systemd/system/nodectld.socket \
-         /usr/share/dbus-1/system.d/org.nodectl.Agent1.conf /usr/lib/extension-release.d/extension-release.nodectl; do
+         /usr/share/dbus-1/system.d/org.nodectl.Agent1.conf /usr/lib/extension-release.d/extension-release.nodectl \
+         /usr/share/man/man1/nodectl.1 /usr/share/bash-completion/completions/nodectl; do
   expect "label of $f is the policy's" "$(stat -c %C "$f")" "$(matchpathcon -n "$f")"
 done
 check "kubelet active (credentials from the double)" wait_until 90 sh -c '[ "$(systemctl is-active kubelet.service)" = active ] && [ -s /var/lib/kubelet/kubeconfig ]'

@@ -8,11 +8,13 @@
 
 mod compare;
 mod krew;
+mod shell_docs;
 mod template;
 mod translate;
 
 pub use compare::compare;
 pub use krew::{check_krew, render_krew};
+pub use shell_docs::shell_docs;
 pub use template::{parse_vars, parse_vars_in, render};
 pub use translate::{ignition_version, translate};
 

@@ -5,6 +5,7 @@
 //! nodectl-butane check FILE.ign...                 upstream spec types, unknown keys fail
 //! nodectl-butane compare FILES_DIR IN.bu IN.ign    field by field
 //! nodectl-butane krew TEMPLATE VERSION URL SHA256 OUT.yaml  the krew manifest, checked
+//! nodectl-butane shell-docs OUTDIR                 completions and man pages (/usr/share layout)
 
 use anyhow::{bail, Context, Result};
 use std::path::Path;
@@ -57,6 +58,11 @@ fn run(args: &[String]) -> Result<()> {
             println!("{out}: krew's rules hold");
             Ok(())
         }
-        _ => bail!("usage: render VARS TEMPLATE OUT | translate FILES_DIR IN.bu OUT.ign | check FILE.ign... | compare FILES_DIR IN.bu IN.ign | krew TEMPLATE VERSION URL SHA256 OUT.yaml"),
+        ["shell-docs", out] => {
+            let written = nodectl_butane::shell_docs(Path::new(out))?;
+            println!("{out}: {} completion scripts and man pages", written.len());
+            Ok(())
+        }
+        _ => bail!("usage: render VARS TEMPLATE OUT | translate FILES_DIR IN.bu OUT.ign | check FILE.ign... | compare FILES_DIR IN.bu IN.ign | krew TEMPLATE VERSION URL SHA256 OUT.yaml | shell-docs OUTDIR"),
     }
 }
