@@ -687,6 +687,11 @@ async fn import_checks_the_bundle_hands_it_over_and_waits_until_it_is_placed() {
     assert!(err.contains("nothing was imported"), "{err}");
     assert!(!err.contains("MHcfake"), "key material in an error: {err}");
     assert!(assets.exists(), "a refused bundle is left where it was");
+    let (rc, out, _) = nodectl(&r, &["import", assets.to_str().unwrap(), "--json"]);
+    assert_eq!(rc, 3);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["result"], "refused", "{v}");
+    assert!(!out.contains("MHcfake"), "key material in the JSON: {out}");
     assert!(!r.join("var/lib/nodectl/inbox/typhoon-assets").exists());
 
     // Issue 51, 6: a bundle another user could write is refused (on the descriptor read),

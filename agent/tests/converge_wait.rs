@@ -95,6 +95,14 @@ fn converge_waits_for_the_pass_it_asked_for_and_says_how_it_ended() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+    // `wait` through nodectld (no --root): its status, followed by its State signal
+    let (rc, out, err) = nodectl(
+        &bus,
+        &["wait", "node-identity", "--timeout", "30", "--json"],
+    );
+    assert_eq!(rc, 0, "{out}{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["converged"], true, "{v}");
     if !nix::unistd::getuid().is_root() {
         let (rc, _, err) = nodectl(&bus, &["converge", "--wait"]);
         assert!(rc == 1 && err.contains("root only"), "{rc} {err}");

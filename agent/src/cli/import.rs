@@ -74,9 +74,26 @@ fn read_bundle(file: &Path) -> anyhow::Result<Vec<u8>> {
     Ok(bytes)
 }
 
+/// What `--json` prints when the import ends: `result` is `placed`, `handed-over`
+/// (`--no-wait`), `refused` or `timed-out`.
+fn report(json: bool, file: &Path, files: usize, result: &str, detail: &str) {
+    if json {
+        let v =
+            serde_json::json!({"file": file, "files": files, "result": result, "detail": detail});
+        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+    }
+}
+
 /// Runs `nodectl import`; returns the exit code (0: placed, or handed over with `--no-wait`;
-/// 3: refused; 5: timed out; 1: error).
-pub(super) async fn run(root: &Root, file: &Path, wait: bool, timeout: u64) -> anyhow::Result<i32> {
+/// 3: refused; 5: timed out; 1: error). With `json`, what it says goes to stderr and one
+/// object to stdout at the end.
+pub(super) async fn run(
+    root: &Root,
+    file: &Path,
+    wait: bool,
+    timeout: u64,
+    json: bool,
+) -> anyhow::Result<i32> {
     let host = crate::load::host(root)?;
     let settings = crate::load::settings(root, &host)?;
     let bytes = read_bundle(file)?;
@@ -84,6 +101,7 @@ pub(super) async fn run(root: &Root, file: &Path, wait: bool, timeout: u64) -> a
         Ok(set) => set.files.len(),
         Err(e) => {
             eprintln!("{e:#}; nothing was imported");
+            report(json, file, 0, "refused", &format!("{e:#}"));
             return Ok(exit::FAILED);
         }
     };
@@ -104,21 +122,46 @@ pub(super) async fn run(root: &Root, file: &Path, wait: bool, timeout: u64) -> a
             dest.display()
         )
     })?;
-    println!(
+    let said = format!(
         "imported {} ({files} files) as {}; {} removed",
         file.display(),
         dest.display(),
         file.display()
     );
+    if json {
+        eprintln!("{said}");
+    } else {
+        println!("{said}");
+    }
     if !wait {
+        report(
+            json,
+            file,
+            files,
+            "handed-over",
+            &dest.display().to_string(),
+        );
         return Ok(0);
     }
-    placed(root, &dest, files, timeout).await
+    let (code, detail) = placed(root, &dest, files, timeout, json).await?;
+    let result = match code {
+        exit::OK => "placed",
+        exit::TIMEOUT => "timed-out",
+        _ => "refused",
+    };
+    report(json, file, files, result, &detail);
+    Ok(code)
 }
 
 /// Waits until nodectld placed the bundle at `dest` (node path): gone from the inbox, the
 /// `secrets` step converged.
-async fn placed(root: &Root, dest: &Path, files: usize, timeout: u64) -> anyhow::Result<i32> {
+async fn placed(
+    root: &Root,
+    dest: &Path,
+    files: usize,
+    timeout: u64,
+    json: bool,
+) -> anyhow::Result<(i32, String)> {
     let deadline = Instant::now() + Duration::from_secs(timeout);
     let mut said = String::new();
     loop {
@@ -134,15 +177,22 @@ async fn placed(root: &Root, dest: &Path, files: usize, timeout: u64) -> anyhow:
             .map(|s| &s.state);
         let left = match secrets {
             Some(StepState::Converged { .. } | StepState::Applied { .. }) if !there => {
-                println!("placed by nodectld: {files} files, with their owners, modes and labels");
-                return Ok(0);
+                let said = format!(
+                    "placed by nodectld: {files} files, with their owners, modes and labels"
+                );
+                if json {
+                    eprintln!("{said}");
+                } else {
+                    println!("{said}");
+                }
+                return Ok((exit::OK, said));
             }
             Some(StepState::Failed { error }) if there => {
                 eprintln!(
                     "nodectld refused the bundle: {error}\n(it stays in {}; import a mended one to replace it)",
                     dest.display()
                 );
-                return Ok(exit::FAILED);
+                return Ok((exit::FAILED, error.clone()));
             }
             _ if there => format!("nodectld to place {}", dest.display()),
             Some(StepState::Waiting { waiting_for }) => format!("secrets: {waiting_for}"),
@@ -151,10 +201,14 @@ async fn placed(root: &Root, dest: &Path, files: usize, timeout: u64) -> anyhow:
         };
         if Instant::now() >= deadline {
             eprintln!("still waiting after {timeout} s for {left}");
-            return Ok(exit::TIMEOUT);
+            return Ok((exit::TIMEOUT, left));
         }
         if left != said {
-            println!("waiting for {left}");
+            if json {
+                eprintln!("waiting for {left}");
+            } else {
+                println!("waiting for {left}");
+            }
             said = left;
         }
         tokio::time::sleep(EVERY).await;

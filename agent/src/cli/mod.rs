@@ -6,6 +6,7 @@ mod audit;
 mod config_cmd;
 mod converge;
 mod fleet;
+mod follow;
 mod import;
 mod status_cmd;
 mod wait;
@@ -123,6 +124,9 @@ pub enum Command {
         /// Give up waiting after this many seconds.
         #[arg(long, default_value_t = 3600)]
         timeout: u64,
+        /// Machine-readable output: one object when it ends (what it says goes to stderr).
+        #[arg(long)]
+        json: bool,
     },
     /// Every node's nodectld state (its NodectlReady condition and annotations), unhealthy
     /// first, with an operator's kubeconfig (`kubectl nodectl fleet` on a workstation). Exit 0:
@@ -272,7 +276,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
             file,
             no_wait,
             timeout,
-        } => import::run(&root, &file, !no_wait, timeout).await,
+            json,
+        } => import::run(&root, &file, !no_wait, timeout, json).await,
         Command::Fleet { target, json } => fleet::run(&target, json).await,
     }
 }

@@ -1,20 +1,18 @@
 //! `nodectl wait STEP...`: an ordering point for what must run after nodectld placed something
 //! (Typhoon's bootstrap.service reads `/etc/kubernetes/pki`: `ExecStartPre=nodectl wait
-//! secrets`). Asks nodectld's status every half second (from the disk when nodectld is not
-//! there) until every step named is converged.
+//! secrets`). Reads nodectld's status at each change of its state (signalled on the bus; the
+//! disk every half second while nodectld is not there: [`super::follow`]) until every step
+//! named is converged.
 
 use std::io::IsTerminal as _;
 use std::time::{Duration, Instant};
 
 use kubectl_nodectl::exit;
 
-use super::status_cmd::{status_from_daemon, status_from_disk};
+use super::follow::Follow;
 use crate::engine::StepState;
 use crate::root::Root;
 use crate::status::Status;
-
-/// How often the status is asked again.
-const EVERY: Duration = Duration::from_millis(500);
 
 /// Why waiting stops before the steps converged.
 #[derive(Debug, thiserror::Error)]
@@ -70,11 +68,9 @@ pub(super) async fn run(
     let deadline = Instant::now() + Duration::from_secs(timeout);
     let progress = !json && std::io::stderr().is_terminal();
     let mut said = Vec::new();
+    let mut follow = Follow::new(root).await;
     loop {
-        let st = match status_from_daemon(root).await {
-            Ok(st) => st,
-            Err(why) => status_from_disk(root, why.to_string()).await,
-        };
+        let st = follow.status().await;
         let (code, left) = match pending(&st, steps) {
             Ok(left) if left.is_empty() => (exit::OK, left),
             Ok(left) if Instant::now() >= deadline => (exit::TIMEOUT, left),
@@ -83,7 +79,7 @@ pub(super) async fn run(
                     eprintln!("waiting for {}", left.join("; "));
                     said = left;
                 }
-                tokio::time::sleep(EVERY).await;
+                follow.changed(deadline.into()).await;
                 continue;
             }
             Err(e) => {
