@@ -156,3 +156,51 @@ fn converge_waits_for_the_pass_it_asked_for_and_says_how_it_ended() {
     assert_eq!(rc, 3);
     assert!(err.contains("failed steps secrets"), "{err}");
 }
+
+/// A stop signal ends nodectld while its pass waits for the pass lock (held by `nodectl apply`,
+/// whose own pass may wait for a job ordered after nodectld): the wait is cancelled with the
+/// pass, not left on a thread that would keep the process from exiting.
+#[test]
+fn nodectld_stops_at_sigterm_while_its_pass_waits_for_the_lock() {
+    let bus = Bus::start();
+    let d = tempfile::tempdir().unwrap();
+    let root = d.path();
+    scratch_root(root);
+    let held = nodectl::fsio::lock::try_pass_lock(&nodectl::root::Root::new(root))
+        .unwrap()
+        .unwrap();
+    let mut daemon = start_daemon(root, &bus);
+    let start = Instant::now();
+    loop {
+        let (_, out, _) = nodectl(&bus, &["status", "--json"]);
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_default();
+        if v["source"] == "daemon" {
+            assert_eq!(v["daemon"]["passes"], 0);
+            assert_eq!(v["daemon"]["state"], "converging", "{v}");
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "nodectld on the bus"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(daemon.0.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let start = Instant::now();
+    let status = loop {
+        if let Some(s) = daemon.0.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "nodectld did not stop while its pass waited for the lock"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "{status:?}");
+    drop(held);
+}

@@ -145,7 +145,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
             .await?;
             // nodectld's Events about it (in `default`, as kubelet's about its Node); a user
             // who may not list Events still gets the rest
-            let selector = format!("involvedObject.kind=Node,involvedObject.name={node}");
+            let selector = format!(
+                "involvedObject.kind=Node,involvedObject.name={node},source={}",
+                crate::names::EVENT_COMPONENT
+            );
             let events = tokio::time::timeout(
                 timeout,
                 Api::<Event>::namespaced(client, "default").list(

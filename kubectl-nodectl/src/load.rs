@@ -84,7 +84,12 @@ pub fn read(paths: &[PathBuf], explicit: bool) -> anyhow::Result<Kubeconfig> {
                 MAX_KUBECONFIG >> 20
             );
         }
-        let kc = Kubeconfig::read_from(p).map_err(|e| unquoted(p, e))?;
+        let mut kc = Kubeconfig::read_from(p).map_err(|e| unquoted(p, e))?;
+        // an empty current-context is unset (client-go; `kubectl config` writes "" itself), so a
+        // later file's may win
+        if kc.current_context.as_deref() == Some("") {
+            kc.current_context = None;
+        }
         merged = Some(match merged {
             None => kc,
             Some(m) => m
@@ -132,6 +137,7 @@ pub async fn client(target: &Target) -> anyhow::Result<kube::Client> {
     let context = match target
         .context
         .clone()
+        .filter(|c| !c.is_empty())
         .or_else(|| kc.current_context.clone())
     {
         Some(c) => c,
@@ -203,6 +209,9 @@ where
             bail!("listing {what}: more than {MAX_ITEMS}");
         }
         match page.metadata.continue_.filter(|c| !c.is_empty()) {
+            Some(c) if token.as_deref() == Some(c.as_str()) => {
+                bail!("listing {what}: the API server gave the same continue token twice")
+            }
             Some(c) => token = Some(c),
             None => return Ok(items),
         }
@@ -238,6 +247,15 @@ mod tests {
         std::fs::write(&a, "apiVersion: v1\nkind: Config\ncurrent-context: x\n").unwrap();
         let gone = d.path().join("gone");
         let kc = read(&[gone.clone(), a.clone()], false).unwrap();
+        assert_eq!(kc.current_context.as_deref(), Some("x"));
+        // an empty current-context in the first file does not hide the second's
+        let empty = d.path().join("empty");
+        std::fs::write(
+            &empty,
+            "apiVersion: v1\nkind: Config\ncurrent-context: \"\"\n",
+        )
+        .unwrap();
+        let kc = read(&[empty, a.clone()], false).unwrap();
         assert_eq!(kc.current_context.as_deref(), Some("x"));
         let e = read(std::slice::from_ref(&gone), true).unwrap_err();
         assert!(format!("{e:#}").contains("gone: cannot read"), "{e:#}");

@@ -95,7 +95,11 @@ pub(super) async fn converge(wait: bool, timeout: u64, json: bool) -> anyhow::Re
         let st = status(&agent)
             .await
             .context("asking nodectld for its status")?;
-        if st.daemon.passes >= want && st.daemon.state != "converging" {
+        let restarted = st.daemon.pid != before.daemon.pid;
+        if (st.daemon.passes >= want || (restarted && st.daemon.passes >= 1))
+            && st.daemon.state != "converging"
+        {
+            // (a nodectld that restarted meanwhile: its first pass is newer than the request)
             return finished(&st, json);
         }
         let line = format!("{}: {}", st.daemon.state, st.daemon.status_line);

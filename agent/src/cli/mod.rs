@@ -63,7 +63,8 @@ pub enum Command {
         #[arg(long)]
         detailed_exitcode: bool,
     },
-    /// Run one convergence pass here (without the daemon). Exit 0: converged; 3: a step failed.
+    /// Run one convergence pass here (without the daemon). Exit 0: converged; 3: a step failed;
+    /// 5: another pass (nodectld's) did not end within 10 minutes.
     Apply {
         /// Machine-readable output.
         #[arg(long)]

@@ -12,25 +12,34 @@ use crate::steps;
 use kubectl_nodectl::exit;
 
 /// Runs `nodectl status`; returns the exit code: 0, 3 a step failed or the config is invalid,
-/// 4 nodectld is not running (what the disk shows is printed).
+/// 4 nodectld is not running, 1 it could not be asked (the bus, a timeout); what the disk shows
+/// is printed in both.
 pub(super) async fn run(root: &Root, json: bool) -> anyhow::Result<i32> {
     let st = status_from_daemon(root).await;
-    let (st, running) = match st {
-        Ok(st) => (st, true),
+    // what the exit says before the steps do: nodectld not running (4), or not asked (1)
+    let (st, unavailable) = match st {
+        Ok(st) => (st, None),
         // a scratch root has no daemon by design
         Err(Unavailable::ScratchRoot) => (
             status_from_disk(root, Unavailable::ScratchRoot.to_string()).await,
-            true,
+            None,
         ),
-        Err(why) => (status_from_disk(root, why.to_string()).await, false),
+        Err(Unavailable::NotRunning) => (
+            status_from_disk(root, Unavailable::NotRunning.to_string()).await,
+            Some(exit::NOT_RUNNING),
+        ),
+        Err(why) => (
+            status_from_disk(root, why.to_string()).await,
+            Some(exit::ERROR),
+        ),
     };
     if json {
         println!("{}", serde_json::to_string_pretty(&st)?);
     } else {
         crate::util::locale::print(&st.render());
     }
-    Ok(if !running {
-        exit::NOT_RUNNING
+    Ok(if let Some(code) = unavailable {
+        code
     } else if st.config_error.is_some() || st.steps.iter().any(|s| s.state.name() == "failed") {
         exit::FAILED
     } else {

@@ -75,6 +75,12 @@ pub(super) async fn run(root: Root, kubeconfig: PathBuf, node: String, shared: A
                     pending.pop_front();
                     backoff = None;
                 }
+                Err(e) if e.refused_for_good => {
+                    // (a 4xx other than 401 and 429: sending it again changes nothing, and it
+                    // would hold back every later event)
+                    tracing::warn!("event on Node {node} not sent: {}", e.message);
+                    pending.pop_front();
+                }
                 Err(e) => {
                     no_credentials = e.no_credentials;
                     if e.unauthorized {
@@ -98,7 +104,7 @@ pub(super) async fn run(root: Root, kubeconfig: PathBuf, node: String, shared: A
         tokio::select! {
             _ = noted::wait() => {}
             // credentials may have come (a note kept for want of them)
-            _ = shared.changed.notified(), if !pending.is_empty() && (!failed || no_credentials) => {}
+            _ = shared.passed.notified(), if !pending.is_empty() && (!failed || no_credentials) => {}
             _ = tokio::time::sleep(wait.unwrap_or(Duration::ZERO)), if wait.is_some() => {}
         }
     }
@@ -118,6 +124,8 @@ async fn bounded(
 
 struct SendError {
     unauthorized: bool,
+    /// The API server refused this event itself (400, 403, 409, 422...): dropped.
+    refused_for_good: bool,
     /// The node has no certificate of its own yet (or one for another name).
     no_credentials: bool,
     message: String,
@@ -127,6 +135,7 @@ fn send_error(e: kube::Error) -> SendError {
     match e {
         kube::Error::Api(s) => SendError {
             unauthorized: s.code == 401,
+            refused_for_good: (400..500).contains(&s.code) && ![401, 404, 429].contains(&s.code),
             no_credentials: false,
             message: format!(
                 "the API server refused ({} {}): {}",
@@ -135,6 +144,7 @@ fn send_error(e: kube::Error) -> SendError {
         },
         e => SendError {
             unauthorized: false,
+            refused_for_good: false,
             no_credentials: false,
             message: format!("the API server is not reachable: {e}"),
         },
@@ -149,6 +159,7 @@ async fn send(
 ) -> Result<(), SendError> {
     let client = api.client().await.map_err(|e| SendError {
         unauthorized: false,
+        refused_for_good: false,
         no_credentials: matches!(e, ReportError::NoCredentials(_) | ReportError::Refused(_)),
         message: e.to_string(),
     })?;

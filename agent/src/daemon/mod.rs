@@ -154,6 +154,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         facts: Default::default(),
         recheck_credentials: Default::default(),
         changed: Default::default(),
+        passed: Default::default(),
         settled: Default::default(),
         fleetlock_socket: reboots::passed_socket(),
         bus: Default::default(),
@@ -218,6 +219,9 @@ fn watchdog_keepalive() -> Option<tokio::task::JoinHandle<()>> {
     }))
 }
 
+/// How often a pass asks again for the pass lock while another process holds it.
+const LOCK_RETRY: Duration = Duration::from_millis(100);
+
 /// A pass under the pass lock (`fsio::lock`): never at once with `nodectl apply` or `nodectl
 /// audit --fix` (it waits for one under way, the runtime and its watchdog keep-alive going on).
 /// A lock that cannot be taken (an unusable `/run/nodectl`) is logged, and the pass runs.
@@ -228,11 +232,19 @@ async fn locked_pass(
     trigger: Trigger,
     n: u64,
 ) -> Option<Duration> {
-    use crate::fsio::lock::{pass_lock, PASS_LOCK};
-    let lock = pass_lock(root, || {
+    use crate::fsio::lock::{pass_lock_retrying, PASS_LOCK};
+    // (shown as converging from here: `nodectl converge --wait` counts this pass as under way)
+    passes.shared.set_state(State::Converging).await;
+    let lock = pass_lock_retrying(root, LOCK_RETRY, || {
         tracing::info!(
             "another pass is under way (`nodectl apply`: {PASS_LOCK}); this one waits for it"
-        )
+        );
+        // Ready for systemd meanwhile: that pass may wait for a job ordered after nodectld's
+        // start (kubelet's), which would otherwise wait for this one
+        notify(&[
+            NotifyState::Ready,
+            NotifyState::Status("waiting for another pass (nodectl apply) to end"),
+        ]);
     })
     .await;
     if let Err(e) = &lock {

@@ -71,6 +71,7 @@ impl Passes {
         crate::memory::release_freed();
         super::metrics::write(&self.root, &self.shared).await;
         self.shared.changed.notify_one();
+        self.shared.passed.notify_one();
         notify(&[NotifyState::Ready, NotifyState::Status(&line)]);
         recheck
     }

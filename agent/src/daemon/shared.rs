@@ -108,6 +108,9 @@ pub(super) struct Shared {
     /// Told after each pass and each reboot state change (the Node condition reporter waits
     /// on it).
     pub(super) changed: tokio::sync::Notify,
+    /// Told after each pass, for the Events sender (which waits for the node's credentials):
+    /// its own, since `Notify::notify_one` wakes one waiter and `changed` is the reporter's.
+    pub(super) passed: tokio::sync::Notify,
     /// Inbox files the kernel said are complete (the watcher marks them, passes read them).
     pub(super) settled: Arc<crate::util::settled::Settled>,
     /// The FleetLock listening socket systemd holds for nodectld (`nodectld.socket`, named

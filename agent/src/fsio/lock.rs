@@ -117,8 +117,29 @@ pub fn pass_lock_blocking(root: &Root, waiting: impl FnOnce()) -> io::Result<Pas
     Ok(PassLock { _fd: fd })
 }
 
+/// The lock, once it is free, asking again every `every` while another process holds it
+/// (`waiting` is called once first): a wait that can be cancelled (nodectld's, which a stop
+/// signal ends; a blocked thread would keep the runtime from shutting down).
+pub async fn pass_lock_retrying(
+    root: &Root,
+    every: std::time::Duration,
+    waiting: impl FnOnce(),
+) -> io::Result<PassLock> {
+    let mut waiting = Some(waiting);
+    loop {
+        if let Some(l) = try_pass_lock(root)? {
+            return Ok(l);
+        }
+        if let Some(w) = waiting.take() {
+            w();
+        }
+        tokio::time::sleep(every).await;
+    }
+}
+
 /// The lock, once it is free; `waiting` is called first if another process holds it. The wait
-/// runs on a blocking thread (the runtime, and nodectld's watchdog keep-alive on it, go on).
+/// runs on a blocking thread, which nothing cancels: for a process that exits when it gives up
+/// (`nodectl apply`).
 pub async fn pass_lock(root: &Root, waiting: impl FnOnce()) -> io::Result<PassLock> {
     if let Some(l) = try_pass_lock(root)? {
         return Ok(l);

@@ -43,7 +43,11 @@ pub mod ids {
 pub fn init(identifier: &str, default_level: &str) {
     let filter =
         || EnvFilter::try_from_env("NODECTL_LOG").unwrap_or_else(|_| EnvFilter::new(default_level));
-    let registry = tracing_subscriber::registry().with(noted::Capture);
+    // (a per-layer filter: only the call sites with a `message_id` reach it, so it enables no
+    // other; the output layers' filter decides the rest)
+    let registry = tracing_subscriber::registry().with(noted::Capture.with_filter(
+        tracing_subscriber::filter::filter_fn(|m| m.fields().field("message_id").is_some()),
+    ));
     if std::env::var_os("JOURNAL_STREAM").is_some() {
         if let Ok(journald) = tracing_journald::layer() {
             registry
