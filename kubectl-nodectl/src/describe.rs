@@ -98,7 +98,8 @@ pub fn describe(node: &Node, leases: &[Lease], events: Option<&[Event]>) -> Desc
             .collect(),
         reboot_slot: reboots::rows(leases, std::slice::from_ref(node))
             .into_iter()
-            .find(|r| r.node == printable(&name)),
+            // (a released entry holds no slot: the node's own row says what it does)
+            .find(|r| r.node == printable(&name) && r.released == 0),
         events: events.map(|e| event_rows(&name, e)),
     }
 }

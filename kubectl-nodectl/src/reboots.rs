@@ -23,6 +23,14 @@ struct Entry {
     renewed: u64,
 }
 
+/// A node's entry after it gave its slot back, while its group settles (`reboot.settle_secs`).
+#[derive(Clone, Debug, Deserialize)]
+struct Released {
+    node: String,
+    released: u64,
+    settle: u64,
+}
+
 /// One slot holder, or one node on its way to a reboot without a slot.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Row {
@@ -42,6 +50,14 @@ pub struct Row {
     /// A holder entry that does not parse (its annotation key), shown rather than hidden.
     #[serde(skip_serializing_if = "String::is_empty")]
     pub unreadable: String,
+    /// Unix seconds: the node gave its slot back then and its group settles (0: not such an
+    /// entry); the row holds no slot.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub released: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// The holders of every reboot Lease (by Lease, then when taken), then the nodes that are
@@ -72,6 +88,16 @@ pub fn rows(leases: &[Lease], nodes: &[Node]) -> Vec<Row> {
         let members = ann
             .get(ANNOTATION_MEMBERS)
             .map_or(String::new(), |m| printable(m));
+        let unreadable = |name: &str, owner: &str, k: &str| Row {
+            lease: name.into(),
+            node: printable(owner),
+            since: 0,
+            renewed: 0,
+            state: state.get(owner).cloned().unwrap_or("gone".into()),
+            members: members.clone(),
+            unreadable: printable(k),
+            released: 0,
+        };
         let mut held: Vec<Row> = Vec::new();
         for (k, v) in &ann {
             let Some(owner) = k.strip_suffix(ENTRY_SUFFIX) else {
@@ -86,15 +112,21 @@ pub fn rows(leases: &[Lease], nodes: &[Node]) -> Vec<Row> {
                     renewed: e.renewed,
                     members: members.clone(),
                     unreadable: String::new(),
+                    released: 0,
                 },
-                _ => Row {
-                    lease: name.into(),
-                    node: printable(owner),
-                    since: 0,
-                    renewed: 0,
-                    state: state.get(owner).cloned().unwrap_or("gone".into()),
-                    members: members.clone(),
-                    unreadable: printable(k),
+                Ok(_) => unreadable(name, owner, k),
+                Err(_) => match serde_json::from_str::<Released>(v) {
+                    Ok(r) if r.node == owner => Row {
+                        lease: name.into(),
+                        node: printable(&r.node),
+                        since: 0,
+                        renewed: 0,
+                        state: format!("released (group settles {} s)", r.settle),
+                        members: members.clone(),
+                        unreadable: String::new(),
+                        released: r.released.max(1),
+                    },
+                    _ => unreadable(name, owner, k),
                 },
             };
             held.push(row);
@@ -109,11 +141,17 @@ pub fn rows(leases: &[Lease], nodes: &[Node]) -> Vec<Row> {
                 state: String::new(),
                 members,
                 unreadable: String::new(),
+                released: 0,
             });
         }
         out.extend(held);
     }
-    let holding: Vec<String> = out.iter().map(|r| r.node.clone()).collect();
+    // (a released entry holds no slot: that node's own state is shown on a row of its own)
+    let holding: Vec<String> = out
+        .iter()
+        .filter(|r| r.released == 0)
+        .map(|r| r.node.clone())
+        .collect();
     for (node, s) in &state {
         if !s.is_empty() && s != "idle" && !holding.iter().any(|h| h == node) {
             out.push(Row {
@@ -124,6 +162,7 @@ pub fn rows(leases: &[Lease], nodes: &[Node]) -> Vec<Row> {
                 state: s.clone(),
                 members: String::new(),
                 unreadable: String::new(),
+                released: 0,
             });
         }
     }
@@ -235,6 +274,24 @@ mod tests {
              reboot-controllers  -       -      -        -\n\
              -                   w3      -      -        waiting-for-slot\n"
         );
+    }
+
+    /// A node's released entry (issue 41's settle time) is shown as such, with when it was
+    /// released; one under another node's key is unreadable.
+    #[test]
+    fn a_released_entry_shows_the_group_settling() {
+        let leases = [lease(
+            "reboot-workers",
+            &[
+                ("w1", r#"{"node":"w1","released":990,"settle":20}"#),
+                ("w2", r#"{"node":"w1","released":990,"settle":20}"#),
+            ],
+        )];
+        let rows = rows(&leases, &[node("w1", "idle")]);
+        assert_eq!(rows[0].state, "released (group settles 20 s)");
+        assert_eq!((rows[0].since, rows[0].released), (0, 990));
+        assert!(rows[0].unreadable.is_empty());
+        assert!(!rows[1].unreadable.is_empty(), "{rows:?}");
     }
 
     /// An entry under another node's key, or one that does not parse, is shown as unreadable

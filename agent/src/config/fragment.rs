@@ -174,6 +174,14 @@ pub(crate) struct RebootSection {
     pub(crate) wait_for_inhibitors: Option<bool>,
     pub(crate) windows: Option<Vec<String>>,
     pub(crate) time_zone: Option<String>,
+    pub(crate) block_on_pods: Option<Vec<String>>,
+    pub(crate) block_on_pods_namespaces: Option<Vec<String>>,
+    pub(crate) prometheus_url: Option<String>,
+    pub(crate) block_on_alerts: Option<String>,
+    pub(crate) ignore_alerts: Option<Vec<String>>,
+    pub(crate) block_on_pending_alerts: Option<bool>,
+    pub(crate) alerts_unreachable: Option<String>,
+    pub(crate) settle_secs: Option<i64>,
 }
 
 /// `[selinux]`.

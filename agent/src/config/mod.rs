@@ -18,6 +18,7 @@ mod kubelet;
 mod node;
 mod paths;
 mod reboot;
+mod reboot_gates;
 mod schema;
 
 use std::fmt;
@@ -36,6 +37,7 @@ pub use paths::Network;
 #[cfg(test)]
 pub(crate) use reboot::DEFAULT_LISTEN;
 pub use reboot::{RebootPolicy, RebootStrategy};
+pub use reboot_gates::{whole as whole_pattern, AlertGate, RebootGates, Unreachable};
 #[cfg(test)]
 use schema::{Kind, SCHEMA};
 
@@ -172,10 +174,20 @@ impl Settings {
     /// Settings from one fragment's text (tests).
     #[cfg(test)]
     pub(crate) fn from_toml(text: &str, host: &Host, hostname: &str) -> Self {
+        Settings::from_toml_checked(text, host, hostname).expect("valid test config")
+    }
+
+    /// As [`Settings::from_toml`], the error returned.
+    #[cfg(test)]
+    pub(crate) fn from_toml_checked(
+        text: &str,
+        host: &Host,
+        hostname: &str,
+    ) -> Result<Self, ConfigError> {
         let f = Path::new("/etc/nodectl/config.d/10-test.toml");
         let mut m = Merged::default();
-        m.add(Fragment::parse(text, f).expect("test config"), f);
-        Settings::validate(&m, host, hostname).expect("valid test config")
+        m.add(Fragment::parse(text, f)?, f);
+        Settings::validate(&m, host, hostname)
     }
 }
 

@@ -106,6 +106,9 @@ pub struct RebootPolicy {
     pub windows: Vec<Window>,
     /// The time zone of the windows.
     pub time_zone: Zone,
+    /// What must hold before a slot is taken, the settle time, the pre/post commands.
+    #[serde(default)]
+    pub gates: super::RebootGates,
 }
 
 /// Validates a list of names (`reboot.fleetlock_users`, `reboot.fleetlock_units`): each must
@@ -232,6 +235,7 @@ impl RebootPolicy {
                 .collect::<Result<_, _>>()?,
             time_zone: window::zone(f.time_zone.as_deref().unwrap_or("UTC"))
                 .map_err(|e| c.at("reboot.time_zone", e.to_string()))?,
+            gates: super::RebootGates::with_config(f, c)?,
         };
         Ok((strategy, policy))
     }

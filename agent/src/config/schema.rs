@@ -170,6 +170,54 @@ pub(crate) const SCHEMA: &[(&str, &str, Kind, &str)] = &[
         Kind::Str,
         "\"UTC\", \"localtime\" or an IANA time zone name",
     ),
+    (
+        "reboot",
+        "block_on_pods",
+        Kind::List,
+        "a list of label selectors (as kubectl -l takes them)",
+    ),
+    (
+        "reboot",
+        "block_on_pods_namespaces",
+        Kind::List,
+        "a list of namespace names",
+    ),
+    (
+        "reboot",
+        "prometheus_url",
+        Kind::Str,
+        "an http:// or https:// URL without credentials",
+    ),
+    (
+        "reboot",
+        "block_on_alerts",
+        Kind::Str,
+        "a regular expression (RE2 syntax) matching whole alert names",
+    ),
+    (
+        "reboot",
+        "ignore_alerts",
+        Kind::List,
+        "a list of regular expressions (RE2 syntax) matching whole alert names",
+    ),
+    (
+        "reboot",
+        "block_on_pending_alerts",
+        Kind::Bool,
+        "true or false",
+    ),
+    (
+        "reboot",
+        "alerts_unreachable",
+        Kind::Str,
+        "\"block\" or \"allow\"",
+    ),
+    (
+        "reboot",
+        "settle_secs",
+        Kind::Int,
+        "seconds from 0 to 86400",
+    ),
     ("selinux", "relabel", Kind::List, "a list of absolute paths"),
 ];
 

@@ -82,9 +82,12 @@ pub(super) async fn follow_settings(
     }
 }
 
-/// The coordinator's policy from the settings.
-fn policy(p: &RebootPolicy) -> Policy {
-    Policy {
+/// The coordinator's policy from the settings (a gate that does not compile is an error: never
+/// a gate left out).
+fn policy(p: &RebootPolicy) -> anyhow::Result<Policy> {
+    let gates = crate::reboot::gates::Gates::new(&p.gates)
+        .map_err(|e| anyhow::anyhow!("reboot gates: {e}"))?;
+    Ok(Policy {
         namespace: p.namespace.clone(),
         slots: p.group_slots as usize,
         stale_after: Duration::from_secs(p.stale_after_secs),
@@ -93,8 +96,10 @@ fn policy(p: &RebootPolicy) -> Policy {
         time_zone: p.time_zone.clone(),
         group: p.group.clone(),
         abandon_after: Duration::from_secs(p.abandon_after_secs),
+        gates,
+        settle: Duration::from_secs(p.gates.settle_secs),
         ..Policy::default()
-    }
+    })
 }
 
 /// The API client, with the node's kubeconfig (read again at each connect).
@@ -154,7 +159,7 @@ async fn start(
         connector(root, s),
         &s.node_name,
         &id,
-        policy(&s.reboot_policy),
+        policy(&s.reboot_policy)?,
         kubelet_active(systemd),
     ));
     {
@@ -167,6 +172,10 @@ async fn start(
             let (root, shared) = (root.clone(), shared.clone());
             tokio::spawn(async move { super::metrics::write(&root, &shared).await });
         }));
+    }
+    if s.reboot_policy.gates.settle_secs > 0 {
+        // a released entry of this node's, left by a nodectld stopped during the settle time
+        c.tidy_release(&s.reboot_policy.group);
     }
     if matches!(
         s.reboot,

@@ -26,6 +26,9 @@ pub mod ids {
     pub const CSR_DENIED: &str = "9c4d5e6f708142939415c6d7e8f90ab3";
     /// This node began draining for a reboot (it holds a slot).
     pub const DRAINING: &str = "ad5e6f708192435a8b26d7e8f90a1bc4";
+    /// A gate (a pod, an alert) keeps this node from taking a reboot slot, or a pre- or
+    /// post-reboot check failed.
+    pub const REBOOT_BLOCKED: &str = "be6f708192a3446b9c37e8f90a1b2cd5";
 
     /// Every id above (what `noted` keeps for Kubernetes Events).
     pub const ALL: &[&str] = &[
@@ -34,6 +37,7 @@ pub mod ids {
         REBOOT_RELEASED,
         CSR_DENIED,
         DRAINING,
+        REBOOT_BLOCKED,
     ];
 }
 

@@ -21,8 +21,10 @@ use serde::{Deserialize, Serialize};
 use super::drain::Drainer;
 use super::fleetlock::{ClientParams, Coordinator, Refusal};
 use super::lease::LeaseLock;
-use super::slots::{Acquire, Holder, Release, Sightings, Slots};
+use super::slots::{Acquire, Holder, Sightings, Slots};
 use crate::kubeconfig::KubeconfigError;
+
+mod release;
 
 /// How this node's reboots are coordinated with the rest of its group.
 #[derive(Clone, Debug)]
@@ -46,6 +48,11 @@ pub struct Policy {
     /// A slot granted in this boot is given back by a steady-state of the same boot only this
     /// long after the grant (the reboot counts as abandoned then).
     pub abandon_after: Duration,
+    /// What must hold before a new slot is taken (`reboot.block_on_pods`, the alerts).
+    pub gates: super::gates::Gates,
+    /// How long the group settles after a release before its next slot is granted; this
+    /// node's release carries it in the Lease.
+    pub settle: Duration,
 }
 
 impl Default for Policy {
@@ -60,6 +67,8 @@ impl Default for Policy {
             time_zone: crate::util::window::Zone::utc(),
             group: "default".into(),
             abandon_after: Duration::from_secs(1800),
+            gates: super::gates::Gates::default(),
+            settle: Duration::ZERO,
         }
     }
 }
@@ -84,14 +93,22 @@ pub struct RebootStatus {
 pub(crate) const STATES: &[&str] = &[
     "idle",
     "waiting-for-window",
+    "blocked",
     "waiting-for-slot",
+    "settling",
     "draining",
     "rebooting",
     "waiting-for-ready",
 ];
 
 /// The states in which this node holds no slot (the coordination may restart on new settings).
-pub(crate) const HOLDING_NOTHING: &[&str] = &["idle", "waiting-for-window", "waiting-for-slot"];
+pub(crate) const HOLDING_NOTHING: &[&str] = &[
+    "idle",
+    "waiting-for-window",
+    "blocked",
+    "waiting-for-slot",
+    "settling",
+];
 
 /// Why an operator's release was refused (the group, the holder or the API).
 #[derive(Debug, thiserror::Error)]
@@ -123,6 +140,8 @@ pub struct LeaseCoordinator {
     /// When this node saw each holder's entry of its group change, by `clock` (staleness).
     seen: Mutex<Sightings>,
     clock: std::time::Instant,
+    /// What the gates last found (logged, with its MESSAGE_ID, when it changes).
+    blocked: Mutex<String>,
 }
 
 fn now() -> u64 {
@@ -165,6 +184,7 @@ impl LeaseCoordinator {
             on_change: Mutex::new(None),
             seen: Mutex::default(),
             clock: std::time::Instant::now(),
+            blocked: Mutex::default(),
         }
     }
 
@@ -247,8 +267,8 @@ impl LeaseCoordinator {
     async fn pre(&self, p: &ClientParams) -> Result<String, Refusal> {
         self.ours(p)?;
         let (client, drainer) = self.client().await?;
-        let lock = LeaseLock::new(client, &self.policy.namespace, &p.group);
-        let slots = self.take_slot(p, &lock).await?;
+        let lock = LeaseLock::new(client.clone(), &self.policy.namespace, &p.group);
+        let slots = self.take_slot(p, &lock, &client).await?;
         self.drain(p, slots, &drainer).await
     }
 
@@ -275,7 +295,12 @@ impl LeaseCoordinator {
 
     /// Takes (or keeps) a slot of the group: reclaims the slots of stale holders,
     /// refuses outside the reboot windows and when every slot is held.
-    async fn take_slot(&self, p: &ClientParams, lock: &LeaseLock) -> Result<Slots, Refusal> {
+    async fn take_slot(
+        &self,
+        p: &ClientParams,
+        lock: &LeaseLock,
+        client: &kube::Client,
+    ) -> Result<Slots, Refusal> {
         let current = lock.read().await.map_err(internal)?;
         // Outside the reboot windows no new slot is taken (a holder keeps going: a node half
         // drained is not left cordoned until the next window).
@@ -290,15 +315,28 @@ impl LeaseCoordinator {
             self.set("waiting-for-window", d.clone(), &p.group, current.holders);
             return Err(Refusal::new(StatusCode::LOCKED, "outside_window", d));
         }
+        // The gates: asked before every new slot, never while one is held (a node waiting on
+        // a pod or an alert holds nothing another node could use).
+        if !current.holds(&self.node) && !self.policy.gates.is_empty() {
+            let found = self.policy.gates.check(client, &self.node).await;
+            let d = super::gates::describe(&found);
+            self.note_blocked(&p.group, &found, &d);
+            if !found.is_empty() {
+                self.set("blocked", d.clone(), &p.group, current.holders);
+                return Err(Refusal::new(StatusCode::LOCKED, "blocked", d));
+            }
+        }
         let node = self.node.clone();
         let stale = self.policy.stale_after.as_secs();
         let ((reclaimed, got), slots) = lock
             .modify(|s| {
                 let mono = self.clock.elapsed().as_secs();
-                let r = s.reclaim(&mut self.seen.lock().expect("sightings"), mono, stale);
+                let seen = &mut self.seen.lock().expect("sightings");
+                let r = s.reclaim(seen, mono, stale);
+                let me = (p.id.as_str(), node.as_str(), self.boot_id.as_str());
                 (
                     r,
-                    s.acquire(&p.id, &node, &self.boot_id, now(), self.policy.slots),
+                    s.acquire_settled(me, now(), self.policy.slots, seen, mono),
                 )
             })
             .await
@@ -314,6 +352,16 @@ impl LeaseCoordinator {
             );
             self.set("waiting-for-slot", d.clone(), &p.group, slots.holders);
             return Err(Refusal::new(StatusCode::LOCKED, "lock_held", d));
+        }
+        if let Acquire::Settling { after, left } = &got {
+            let d = format!(
+                "group {} settles after the reboot of {after}: the next slot in {left} s",
+                p.group
+            );
+            self.set("settling", d.clone(), &p.group, slots.holders);
+            let mut r = Refusal::new(StatusCode::LOCKED, "settling", d);
+            r.retry_after = Some(Duration::from_secs(*left));
+            return Err(r);
         }
         Ok(slots)
     }
@@ -376,91 +424,6 @@ impl LeaseCoordinator {
         );
         self.set("draining", d.clone(), &p.group, slots.holders);
         Err(Refusal::new(StatusCode::LOCKED, "draining", d))
-    }
-
-    /// An operator frees a slot of `group` held by `holder` (a client id or a node name).
-    pub async fn release_slot(&self, group: &str, holder: &str) -> Result<String, ReleaseError> {
-        if !crate::util::names::valid_group(group) {
-            return Err(ReleaseError(format!(
-                "group {group:?} must match ^[a-zA-Z0-9.-]+$"
-            )));
-        }
-        let (client, _) = self.client().await.map_err(|r| ReleaseError(r.value))?;
-        let lock = LeaseLock::new(client, &self.policy.namespace, group);
-        let (freed, slots) = lock
-            .modify(|s| {
-                // By node name; by client id only when one node holds it (cloned images share
-                // a machine-id, and with it the id: never free several nodes' slots at once).
-                let by_node = s.holders.iter().position(|h| h.node == holder);
-                let by_id: Vec<usize> = (0..s.holders.len())
-                    .filter(|&i| s.holders[i].id == holder)
-                    .collect();
-                match (by_node, by_id.as_slice()) {
-                    (Some(i), _) | (None, &[i]) => vec![s.holders.remove(i)],
-                    _ => Vec::new(),
-                }
-            })
-            .await
-            .map_err(|e| {
-                ReleaseError(format!(
-                    "{e} (with the reboot-lease-policy a node frees only its own slot: an administrator removes another's entry with kubectl -n {} annotate lease <lease> {holder}{}-)",
-                    self.policy.namespace,
-                    super::lease::ENTRY_SUFFIX
-                ))
-            })?;
-        let mut st = self.status.lock().expect("status");
-        if st.group.as_deref() == Some(group) {
-            st.holders = slots.holders;
-        }
-        match freed.first() {
-            Some(h) => {
-                tracing::warn!(group, holder = %h.id, node = %h.node, "reboot slot released by an operator");
-                Ok(format!(
-                    "released the slot of {} ({}) in group {group}",
-                    h.id, h.node
-                ))
-            }
-            None => Err(ReleaseError(format!(
-                "no slot of group {group} is held by {holder:?} (a client id that several nodes share frees nothing: name the node)"
-            ))),
-        }
-    }
-
-    async fn steady(&self, p: &ClientParams) -> Result<String, Refusal> {
-        self.ours(p)?;
-        let (client, drainer) = self.client().await?;
-        let lock = LeaseLock::new(client, &self.policy.namespace, &p.group);
-        let kubelet = (self.kubelet_active)().await;
-        let ready = drainer.ready(&self.node).await.map_err(internal)? == Some(true);
-        if !(kubelet && ready) {
-            let d = format!(
-                "waiting for kubelet active ({}) and Node {} Ready ({}) before releasing the slot",
-                if kubelet { "yes" } else { "no" },
-                self.node,
-                if ready { "yes" } else { "no" }
-            );
-            let holders = lock.read().await.map(|s| s.holders).unwrap_or_default();
-            self.set("waiting-for-ready", d.clone(), &p.group, holders);
-            return Err(Refusal::new(StatusCode::LOCKED, "not_ready", d));
-        }
-        let held = lock.read().await.map_err(internal)?;
-        let abandon = self.policy.abandon_after.as_secs();
-        if let Err(left) = held.may_release(&self.node, &self.boot_id, now(), abandon) {
-            let d = format!(
-                "the slot was granted in this boot and the reboot has not happened: kept (it counts as abandoned in {left} s)"
-            );
-            return Err(Refusal::new(StatusCode::LOCKED, "reboot_pending", d));
-        }
-        drainer.cordon(false).await.map_err(internal)?;
-        let (r, slots) = lock
-            .modify(|s| s.release(&self.node))
-            .await
-            .map_err(internal)?;
-        self.set("idle", String::new(), &p.group, slots.holders);
-        Ok(match r {
-            Release::Released => format!("slot of group {} released; node uncordoned", p.group),
-            Release::NotHeld => format!("no slot of group {} held", p.group),
-        })
     }
 }
 

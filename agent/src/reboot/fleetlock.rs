@@ -53,6 +53,8 @@ pub struct Refusal {
     pub kind: &'static str,
     /// Details for humans, e.g. who holds the slots.
     pub value: String,
+    /// When asking again makes sense (the group settles); not sent (FleetLock has no field).
+    pub retry_after: Option<std::time::Duration>,
 }
 
 impl Refusal {
@@ -62,6 +64,7 @@ impl Refusal {
             status,
             kind,
             value: value.into(),
+            retry_after: None,
         }
     }
 }
@@ -122,6 +125,8 @@ pub const KINDS: &[(&str, u16, &str)] = &[
         423,
         "no reboot window is open now (reboot.windows)",
     ),
+    ("blocked", 423, "a gate holds the node back (value: which pods or alerts)"),
+    ("settling", 423, "a slot is free; the group settles after a release"),
     (
         "draining",
         423,

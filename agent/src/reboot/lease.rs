@@ -45,6 +45,7 @@ pub enum LeaseError {
 }
 
 /// A group's reboot slots kept in one Lease.
+#[derive(Clone)]
 pub struct LeaseLock {
     api: Api<Lease>,
     namespace: String,
@@ -97,7 +98,12 @@ pub(crate) fn slots_of(l: &Lease) -> (Slots, Vec<String>) {
         };
         match serde_json::from_str::<super::slots::Holder>(v) {
             Ok(h) if h.node == node => slots.holders.push(h),
-            _ => bad.push(k.clone()),
+            Ok(_) => bad.push(k.clone()),
+            // A node's entry after its release, while its group settles.
+            Err(_) => match serde_json::from_str::<super::slots::Released>(v) {
+                Ok(r) if r.node == node => slots.released.push(r),
+                _ => bad.push(k.clone()),
+            },
         }
     }
     slots
@@ -106,13 +112,22 @@ pub(crate) fn slots_of(l: &Lease) -> (Slots, Vec<String>) {
     (slots, bad)
 }
 
-/// Every entry, counted or reclaimed, by node.
-fn entries(s: &Slots) -> std::collections::BTreeMap<&str, &super::slots::Holder> {
-    s.holders
+/// Every entry, counted, reclaimed or released, by node, as stored (a holder's wins over a
+/// released entry of the same node).
+fn entries(s: &Slots) -> std::collections::BTreeMap<&str, String> {
+    let mut out: std::collections::BTreeMap<&str, String> = s
+        .released
         .iter()
-        .chain(&s.reclaimed)
-        .map(|h| (h.node.as_str(), h))
-        .collect()
+        .map(|r| {
+            let v = serde_json::to_string(r).expect("released entry serializes");
+            (r.node.as_str(), v)
+        })
+        .collect();
+    for h in s.holders.iter().chain(&s.reclaimed) {
+        let v = serde_json::to_string(h).expect("holder serializes");
+        out.insert(h.node.as_str(), v);
+    }
+    out
 }
 
 /// `spec.leaseTransitions` after `taken` more slots were taken: saturating, since the stored
@@ -206,8 +221,7 @@ impl LeaseLock {
             for node in was.keys().chain(now.keys()) {
                 match (was.get(node), now.get(node)) {
                     (a, Some(b)) if a != Some(b) => {
-                        let v = serde_json::to_string(b).expect("holder serializes");
-                        annotations.insert(entry_key(node), v);
+                        annotations.insert(entry_key(node), b.clone());
                     }
                     (Some(_), None) => {
                         annotations.remove(&entry_key(node));
@@ -352,6 +366,17 @@ mod tests {
         s.reclaim(&mut seen, 61, 60);
         assert!(s.holders.is_empty());
         assert_eq!(entries(&s).len(), 2);
+        // A released entry (issue 41's settle time) is read back as one, not as a bad entry.
+        let mut r = slots.clone();
+        r.release_settling("n1", 100, 20);
+        let v = entries(&r)["n1"].clone();
+        assert_eq!(v, r#"{"node":"n1","released":100,"settle":20}"#);
+        let a = l.metadata.annotations.as_mut().unwrap();
+        a.insert(entry_key("n1"), v);
+        let (back, bad) = slots_of(&l);
+        assert_eq!(back.released, r.released);
+        assert_eq!(back.holders.len(), 1);
+        assert_eq!(bad.len(), 2);
     }
 
     /// A load balancer that dropped the quiet connection, a host gone: nothing ever answers.

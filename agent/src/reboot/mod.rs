@@ -4,6 +4,7 @@
 pub mod coordinator;
 pub mod drain;
 pub mod fleetlock;
+pub mod gates;
 pub mod lease;
 pub mod peer;
 pub mod reboot_required;

@@ -30,11 +30,28 @@ pub struct Holder {
     pub boot: String,
 }
 
+/// A node's entry after it gave its slot back, kept while the group settles
+/// (`reboot.settle_secs`): the next slot of the group is granted only once every node asking
+/// has seen it for that long (by its own clock), so the settle time holds across nodes and
+/// across a nodectld restart. The node removes its own entry once its group has settled.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Released {
+    /// The node that gave its slot back.
+    pub node: String,
+    /// Unix seconds, by the releasing node's clock (shown; never compared with another clock).
+    pub released: u64,
+    /// Seconds the group settles after this release (the releasing node's `settle_secs`).
+    pub settle: u64,
+}
+
 /// A group's reboot slots as stored in its Lease.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Slots {
     /// The current holders, in the order they took their slots.
     pub holders: Vec<Holder>,
+    /// Recent releases the group settles after (at most one per node).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub released: Vec<Released>,
     /// Holders reclaimed by this request: no longer counted, but their entries stay in the
     /// Lease (a node writes only its own entry there; see `lease`).
     #[serde(skip)]
@@ -52,6 +69,13 @@ pub enum Acquire {
     Full {
         /// The nodes holding the slots.
         holders: Vec<String>,
+    },
+    /// A slot is free, but the group settles after a release: no slot before `left` seconds.
+    Settling {
+        /// The node whose release the group settles after.
+        after: String,
+        /// Seconds left, by this node's clock.
+        left: u64,
     },
 }
 
@@ -83,6 +107,7 @@ impl Slots {
                 holders: self.holders.iter().map(|h| h.node.clone()).collect(),
             };
         }
+        self.released.retain(|r| r.node != node);
         self.holders.push(Holder {
             id: id.to_string(),
             node: node.to_string(),
@@ -91,6 +116,42 @@ impl Slots {
             boot: boot.to_string(),
         });
         Acquire::Obtained
+    }
+
+    /// Whether the group still settles after a release: the longest wait left, by this node's
+    /// sightings of the released entries (`now`, monotonic seconds), each release with the
+    /// settle time it carries (the releasing node's: set `reboot.settle_secs` alike across a
+    /// group). A release seen for the first time counts from now: a future-dated or skewed
+    /// entry cannot make the wait longer. Whole seconds of a monotonic clock undercount by up
+    /// to one: a release counts as settled only once more than its settle time was seen.
+    pub fn settling(&self, seen: &mut Sightings, now: u64) -> Option<(String, u64)> {
+        seen.keep_released(&self.released);
+        self.released
+            .iter()
+            .filter_map(|r| {
+                let wait = r.settle.min(MAX_SETTLE);
+                let age = seen.released_age(r, now);
+                (age <= wait && wait > 0).then(|| (r.node.clone(), wait + 1 - age))
+            })
+            .max_by_key(|(_, left)| *left)
+    }
+
+    /// Takes or renews the slot of `node` as [`Slots::acquire`] does, unless the group still
+    /// settles ([`Slots::settling`]): then nothing changes. A holder keeps its slot either way.
+    pub fn acquire_settled(
+        &mut self,
+        (id, node, boot): (&str, &str, &str),
+        now: u64,
+        max: usize,
+        seen: &mut Sightings,
+        mono: u64,
+    ) -> Acquire {
+        if !self.holds(node) && self.holders.len() < max.max(1) {
+            if let Some((after, left)) = self.settling(seen, mono) {
+                return Acquire::Settling { after, left };
+            }
+        }
+        self.acquire(id, node, boot, now, max)
     }
 
     /// Whether a steady-state from `node` in boot `boot` may give its slot back now: not while
@@ -117,15 +178,35 @@ impl Slots {
         }
     }
 
-    /// Frees the slot held by `node`, if any.
+    /// Frees the slot held by `node`, if any (no settle time after it).
     pub fn release(&mut self, node: &str) -> Release {
+        self.release_settling(node, 0, 0)
+    }
+
+    /// Frees the slot held by `node`, if any; with `settle` > 0 its entry becomes a
+    /// [`Released`] one (at `now`, its clock) the group settles after.
+    pub fn release_settling(&mut self, node: &str, now: u64, settle: u64) -> Release {
         let before = self.holders.len();
         self.holders.retain(|h| h.node != node);
-        if self.holders.len() < before {
-            Release::Released
-        } else {
-            Release::NotHeld
+        if self.holders.len() == before {
+            return Release::NotHeld;
         }
+        if settle > 0 {
+            self.released.retain(|r| r.node != node);
+            self.released.push(Released {
+                node: node.into(),
+                released: now,
+                settle,
+            });
+        }
+        Release::Released
+    }
+
+    /// Removes `node`'s own released entry (its group has settled); true when there was one.
+    pub fn forget_release(&mut self, node: &str) -> bool {
+        let before = self.released.len();
+        self.released.retain(|r| r.node != node);
+        self.released.len() < before
     }
 
     /// Removes (from the count; the entries stay, see `lease`) and returns the slots whose
@@ -166,7 +247,12 @@ impl Slots {
 #[derive(Debug, Default)]
 pub struct Sightings {
     seen: std::collections::BTreeMap<String, (Holder, u64)>,
+    released: std::collections::BTreeMap<String, (Released, u64)>,
 }
+
+/// The longest settle time honoured (a day: what `reboot.settle_secs` takes), whatever an entry
+/// says.
+const MAX_SETTLE: u64 = 86_400;
 
 impl Sightings {
     /// Seconds since `h` was first seen as it is now (0 at its first sight, and again after
@@ -179,6 +265,22 @@ impl Sightings {
                 0
             }
         }
+    }
+
+    /// Seconds since the released entry `r` was first seen as it is now.
+    fn released_age(&mut self, r: &Released, now: u64) -> u64 {
+        match self.released.get(&r.node) {
+            Some((was, at)) if was == r => now.saturating_sub(*at),
+            _ => {
+                self.released.insert(r.node.clone(), (r.clone(), now));
+                0
+            }
+        }
+    }
+
+    fn keep_released(&mut self, released: &[Released]) {
+        self.released
+            .retain(|node, _| released.iter().any(|r| &r.node == node));
     }
 
     /// Forgets the holders no longer in the Lease (what is kept is bounded by one Lease).
@@ -269,6 +371,59 @@ mod tests {
         assert!(later.holds("n2"));
         // The entries are left as they were read: only the count changed.
         assert_eq!(later.reclaimed[0], s.holders[0]);
+    }
+
+    /// Issue 41: after a release with a settle time no slot is granted until this node has
+    /// seen the released entry for that long; the holder itself is not held back, the longer of
+    /// the entry's and this node's settle time counts, and the releasing node removes its entry
+    /// once settled.
+    #[test]
+    fn the_group_settles_after_a_release_by_this_nodes_clock() {
+        let mut s = Slots::default();
+        s.acquire("a", "n1", "b1", 1000, 1);
+        assert_eq!(s.release_settling("n1", 2000, 20), Release::Released);
+        assert_eq!(s.released.len(), 1);
+        let mut seen = Sightings::default();
+        let me = ("b", "n2", "b1");
+        let settling = |left| Acquire::Settling {
+            after: "n1".into(),
+            left,
+        };
+        // First seen at 100 (whole seconds): settled only once more than 20 s were seen.
+        assert_eq!(s.acquire_settled(me, 5000, 1, &mut seen, 100), settling(21));
+        assert_eq!(s.acquire_settled(me, 5000, 1, &mut seen, 115), settling(6));
+        assert_eq!(s.acquire_settled(me, 5000, 1, &mut seen, 120), settling(1));
+        assert_eq!(
+            s.acquire_settled(me, 5000, 1, &mut seen, 121),
+            Acquire::Obtained
+        );
+        // A node retaking its slot after its own release replaces its released entry.
+        let mut t = Slots::default();
+        t.acquire("a", "n1", "b1", 1000, 1);
+        t.release_settling("n1", 2000, 20);
+        let mut seen = Sightings::default();
+        t.settling(&mut seen, 0);
+        assert_eq!(
+            t.acquire_settled(("a", "n1", "b1"), 2100, 1, &mut seen, 30),
+            Acquire::Obtained
+        );
+        assert!(t.released.is_empty());
+        // Without a settle time a release leaves nothing; an entry is forgotten once settled.
+        let mut u = Slots::default();
+        u.acquire("a", "n1", "b1", 1000, 1);
+        u.release("n1");
+        assert!(u.released.is_empty());
+        s.release_settling("n2", 3000, 20);
+        assert!(s.forget_release("n2"));
+        assert!(!s.forget_release("n2"));
+        // An entry claiming a week's settle waits a day at most.
+        s.released = vec![Released {
+            node: "x".into(),
+            released: 0,
+            settle: u64::MAX,
+        }];
+        let mut seen = Sightings::default();
+        assert_eq!(s.settling(&mut seen, 7), Some(("x".into(), 86_401)));
     }
 
     /// A steady-state in the boot the slot was granted in keeps it until the reboot counts as

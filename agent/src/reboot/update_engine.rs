@@ -172,8 +172,15 @@ impl Follower {
                     }
                 }
                 Err(r) => {
-                    tracing::info!(kind = r.kind, "waiting to reboot: {}", r.value);
-                    tokio::time::sleep(self.retry).await;
+                    // (a gate's finding is logged by the coordinator when it changes)
+                    if r.kind != "blocked" {
+                        tracing::info!(kind = r.kind, "waiting to reboot: {}", r.value);
+                    }
+                    // settling: asked again when the group has settled
+                    let wait = r
+                        .retry_after
+                        .map_or(self.retry, |w| w + Duration::from_secs(1));
+                    tokio::time::sleep(wait).await;
                 }
             }
         }

@@ -83,10 +83,20 @@ pub fn condition(st: &Status) -> Condition {
             )
         });
     if converged {
+        // A reboot held back by a gate or the group's settle time says so here too (the
+        // condition is what `kubectl describe node` shows).
+        let message = match st
+            .reboot
+            .as_ref()
+            .filter(|r| matches!(r.state.as_str(), "blocked" | "settling"))
+        {
+            Some(r) => cut(&format!("node converged; reboot {}: {}", r.state, r.detail)),
+            None => "node converged".into(),
+        };
         Condition {
             status: "True".into(),
             reason: "Converged".into(),
-            message: "node converged".into(),
+            message,
         }
     } else {
         Condition {
@@ -180,6 +190,19 @@ mod tests {
         };
         assert_eq!(condition(&st).status, "True");
         assert_eq!(condition(&st).reason, "Converged");
+        // A reboot held back by a gate shows in the message (issue 41); the status stays.
+        st.reboot = Some(crate::reboot::coordinator::RebootStatus {
+            state: "blocked".into(),
+            detail: "pods running here: ops/backup-1 (app=backup)".into(),
+            ..Default::default()
+        });
+        let c = condition(&st);
+        assert_eq!(c.status, "True");
+        assert_eq!(
+            c.message,
+            "node converged; reboot blocked: pods running here: ops/backup-1 (app=backup)"
+        );
+        st.reboot = None;
         st.steps.push(step(
             "kubelet-credentials",
             StepState::Failed {

@@ -55,6 +55,7 @@ pub fn note_of(n: &Noted) -> Option<Note> {
         ids::REBOOT_GRANTED => ("Normal", "RebootSlotTaken"),
         ids::REBOOT_RELEASED => ("Normal", "RebootSlotReleased"),
         ids::DRAINING => ("Normal", "Draining"),
+        ids::REBOOT_BLOCKED => ("Warning", "RebootBlocked"),
         ids::CSR_DENIED => ("Warning", "CertificateRequestDenied"),
         _ => return None,
     };

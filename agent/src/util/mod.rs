@@ -2,6 +2,7 @@
 //! reboot windows and time zones, output for the locale.
 
 pub mod bounded;
+pub mod labels;
 pub mod locale;
 
 /// A crash point (the crash campaign; `nodectl/failpoints` turns on `nodectl-units/failpoints`).

@@ -2,6 +2,8 @@
 //! for `promtool`, `prometheus-node-exporter` for node_exporter; tests/vm/setup-host.sh installs
 //! both). Missing tools fail the test, naming the package: a tier never skips silently.
 
+#![allow(dead_code)] // (each test crate uses a part)
+
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::process::CommandExt;
@@ -37,11 +39,23 @@ fn promtool(mut c: Command) -> (bool, String) {
     (out.status.success(), said)
 }
 
-/// node_exporter with only its textfile collector on `dir`, scraped once: the exposition.
-/// Its socket is made here and handed over as systemd would (`--web.systemd-socket`: fd 3,
-/// `LISTEN_FDS`, `LISTEN_PID` set by the shell that execs it), so no port is chosen, dropped
-/// and bound again.
-pub fn node_exporter_scrape(dir: &Path) -> String {
+/// A process of the test, killed when dropped.
+pub struct Running {
+    pub child: std::process::Child,
+    pub addr: std::net::SocketAddr,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// node_exporter with only its textfile collector on `dir`, serving until dropped. Its socket
+/// is made here and handed over as systemd would (`--web.systemd-socket`: fd 3, `LISTEN_FDS`,
+/// `LISTEN_PID` set by the shell that execs it), so no port is chosen, dropped and bound again.
+pub fn node_exporter(dir: &Path) -> Running {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();
     let fd = l.as_raw_fd();
@@ -71,8 +85,70 @@ pub fn node_exporter_scrape(dir: &Path) -> String {
         Path::new("/usr/bin/prometheus-node-exporter").exists(),
         "prometheus-node-exporter (Debian package; tests/vm/setup-host.sh installs it)"
     );
-    let mut child = cmd.spawn().unwrap();
+    let child = cmd.spawn().unwrap();
     drop(l);
+    Running { child, addr }
+}
+
+/// The real Prometheus (Debian's package), scraping `target` every second and evaluating
+/// `rules` (a rules file's YAML) every second, its data in `dir`; serving on loopback until
+/// dropped. Prometheus 2.42 takes no systemd socket: a free port is chosen and bound again.
+pub fn prometheus(dir: &Path, target: std::net::SocketAddr, rules: &str) -> Running {
+    assert!(
+        Path::new("/usr/bin/prometheus").exists(),
+        "prometheus (Debian package prometheus; tests/vm/setup-host.sh installs it)"
+    );
+    std::fs::write(dir.join("rules.yml"), rules).unwrap();
+    std::fs::write(
+        dir.join("prometheus.yml"),
+        format!(
+            "global: {{scrape_interval: 1s, evaluation_interval: 1s}}\n\
+             rule_files: [rules.yml]\n\
+             scrape_configs:\n  - job_name: node\n    static_configs: [{{targets: [\"{target}\"]}}]\n"
+        ),
+    )
+    .unwrap();
+    let (ok, said) = promtool_check_rules(&dir.join("rules.yml"));
+    assert!(ok, "promtool check rules: {said}");
+    let addr = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let child = Command::new("prometheus")
+        .arg(format!(
+            "--config.file={}",
+            dir.join("prometheus.yml").display()
+        ))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            dir.join("data").display()
+        ))
+        .arg(format!("--web.listen-address={addr}"))
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.join("prometheus.log")).unwrap())
+        .spawn()
+        .expect("prometheus");
+    Running { child, addr }
+}
+
+/// GET `path` of `addr` over HTTP/1.0: the status line's code and the body.
+pub fn get(addr: std::net::SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
+    let mut s = std::net::TcpStream::connect(addr)?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").as_bytes())?;
+    let mut r = String::new();
+    s.read_to_string(&mut r)?;
+    let code = r.get(9..12).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let body = r
+        .split_once("\r\n\r\n")
+        .map_or(String::new(), |(_, b)| b.to_string());
+    Ok((code, body))
+}
+
+/// node_exporter with only its textfile collector on `dir`, scraped once: the exposition.
+pub fn node_exporter_scrape(dir: &Path) -> String {
+    let mut ne = node_exporter(dir);
+    let addr = ne.addr;
     let start = Instant::now();
     let body = loop {
         // (the socket listens from here: a connection waits in its backlog until node_exporter
@@ -80,12 +156,14 @@ pub fn node_exporter_scrape(dir: &Path) -> String {
         let mut s = match std::net::TcpStream::connect(addr) {
             Ok(s) => s,
             Err(e) => {
-                let _ = child.kill();
-                let out = child.wait_with_output().unwrap();
-                panic!(
-                    "node_exporter's socket: {e}; it said: {}",
-                    String::from_utf8_lossy(&out.stderr)
-                );
+                let _ = ne.child.kill();
+                let mut err = String::new();
+                let _ = ne
+                    .child
+                    .stderr
+                    .take()
+                    .map(|mut e| e.read_to_string(&mut err));
+                panic!("node_exporter's socket: {e}; it said: {}", err);
             }
         };
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
@@ -102,7 +180,6 @@ pub fn node_exporter_scrape(dir: &Path) -> String {
         );
         std::thread::sleep(Duration::from_millis(100));
     };
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(ne);
     body
 }

@@ -514,6 +514,24 @@ impl Double {
             .insert((ns.into(), name.into()), pod);
     }
 
+    /// Sets the labels of a pod `add_pod` made.
+    pub fn label_pod(&self, ns: &str, name: &str, labels: &[(&str, &str)]) {
+        let mut st = self.inner.state.lock().expect("state");
+        if let Some(p) = st.pods.get_mut(&(ns.to_string(), name.to_string())) {
+            p["metadata"]["labels"] = labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), json!(v)))
+                .collect::<serde_json::Map<_, _>>()
+                .into();
+        }
+    }
+
+    /// Removes a pod (its workload ended and its object is gone).
+    pub fn delete_pod(&self, ns: &str, name: &str) {
+        let mut st = self.inner.state.lock().expect("state");
+        st.pods.remove(&(ns.to_string(), name.to_string()));
+    }
+
     /// A PodDisruptionBudget protects (or stops protecting) this pod.
     pub fn protect_pod(&self, ns: &str, name: &str, protected: bool) {
         let mut st = self.inner.state.lock().expect("state");

@@ -390,6 +390,56 @@ async fn zincati_drives_two_nodes_through_one_slot_with_drain_and_readiness() {
     note(s, &b);
     assert_eq!(n3.coordinator.status().state, "waiting-for-window");
 
+    // Issue 41's gates: a backup pod on n6 blocks its slot (423 blocked, nothing held); once it
+    // is gone n6 reboots, and after its boot its release (settle time 20 s) makes n7 wait.
+    let gated = Policy {
+        group: "gated".into(),
+        gates: nodectl::reboot::gates::Gates::new(&nodectl::config::RebootGates {
+            block_on_pods: vec!["app=backup".into()],
+            ..Default::default()
+        })
+        .unwrap(),
+        settle: Duration::from_secs(20),
+        ..Policy::default()
+    };
+    api.set_node("n6", true);
+    api.add_pod("ops", "backup-1", "n6", PodKind::Plain);
+    api.label_pod("ops", "backup-1", &[("app", "backup")]);
+    let n6 = endpoint(&api, "n6", "id6", gated.clone()).await;
+    let p6 = params("id6", "gated");
+    let (s, b) = post(n6.addr, "POST", fleetlock::PRE_REBOOT, true, &p6).await;
+    assert_eq!((s, kind(&b)), (423, "blocked".into()), "{b}");
+    assert!(b.contains("ops/backup-1 (app=backup)"), "{b}");
+    note(s, &b);
+    assert_eq!(n6.coordinator.status().state, "blocked");
+    api.delete_pod("ops", "backup-1");
+    let (s, b) = post(n6.addr, "POST", fleetlock::PRE_REBOOT, true, &p6).await;
+    assert_eq!(s, 200, "{b}");
+    let n6 = endpoint_with(
+        &api,
+        "n6",
+        "id6",
+        gated.clone(),
+        Some("n6-after"),
+        this_uid(),
+    )
+    .await;
+    let (s, b) = post(n6.addr, "POST", fleetlock::STEADY_STATE, true, &p6).await;
+    assert_eq!(s, 200, "{b}");
+    api.set_node("n7", true);
+    let n7 = endpoint(&api, "n7", "id7", gated).await;
+    let (s, b) = post(
+        n7.addr,
+        "POST",
+        fleetlock::PRE_REBOOT,
+        true,
+        &params("id7", "gated"),
+    )
+    .await;
+    assert_eq!((s, kind(&b)), (423, "settling".into()), "{b}");
+    assert!(b.contains("after the reboot of n6"), "{b}");
+    note(s, &b);
+
     // The API server unreachable: internal_error.
     api.down();
     let (s, b) = post(n2.addr, "POST", fleetlock::STEADY_STATE, true, &ok2).await;
