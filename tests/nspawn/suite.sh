@@ -319,9 +319,24 @@ check "outside the window it waits and says so" wait_until 10 sh -c \
   'nodectl status --json | jq -e ".reboot.state == \"waiting-for-window\""'
 nodectl status | grep 'Reboots:' | sed 's/^/  | /'
 check "and no reboot was asked for" test ! -s /run/fake-logind.log
-# a shutdown inhibitor held by a job: the reboot waits for it too (reboot.wait_for_inhibitors)
+# issue 41: a pre-reboot check that fails runs as a transient unit of its own (outside nodectld's
+# sandbox), and the slot goes back; no drain, no reboot
+rm -f /run/pre-check.log /run/post-check.log
+printf '[reboot]\nstrategy = "reboot-required"\nabandon_after_secs = 5\npre_commands = [["/bin/sh", "-c", "echo ran >/run/pre-check.log; exit 3"]]\n' \
+  >/etc/nodectl/config.d/30-reboot.toml
+check "a failing pre-reboot check blocks the reboot and gives the slot back" wait_until 20 sh -c \
+  'nodectl status --json | jq -e "(.reboot.state == \"blocked\") and (.reboot.detail | contains(\"pre-reboot check 1 (/bin/sh) failed\")) and (.reboot.holders | length == 0)"'
+nodectl status | grep 'Reboots:' | sed 's/^/  | /'
+check "it ran as nodectl-pre-reboot-1.service (systemd's journal of that unit)" sh -c \
+  'grep -qx ran /run/pre-check.log && journalctl -u nodectl-pre-reboot-1.service -o cat | grep -q "status=3"'
+check "the journal line carries the blocked MESSAGE_ID" sh -c \
+  'journalctl -u nodectld.service -o json | grep -q "\"MESSAGE_ID\":\"be6f708192a3446b9c37e8f90a1b2cd5\""'
+expect "the node is not cordoned" "$(nodectl status --json | jq -r .reboot.detail | grep -c cordon)" 0
+check "and no reboot was asked for" test ! -s /run/fake-logind.log
+# a shutdown inhibitor held by a job: the reboot waits for it too (reboot.wait_for_inhibitors);
+# passing checks before and after, with the phase and the node in their environment
 echo 'shutdown:sleep|backup-job|nightly backup|block' >/run/fake-logind.inhibitors
-printf '[reboot]\nstrategy = "reboot-required"\nabandon_after_secs = 5\nwait_for_inhibitors = true\n' >/etc/nodectl/config.d/30-reboot.toml
+printf '[reboot]\nstrategy = "reboot-required"\nabandon_after_secs = 5\nwait_for_inhibitors = true\npre_commands = [["/bin/sh", "-c", "echo $NODECTL_REBOOT_PHASE $NODECTL_NODE >/run/pre-check.log"]]\npost_commands = [["/bin/sh", "-c", "echo $NODECTL_REBOOT_PHASE $NODECTL_NODE >/run/post-check.log"]]\n' >/etc/nodectl/config.d/30-reboot.toml
 check "in a window (none set: any time) the slot is taken and the node drained" wait_until 15 sh -c \
   'nodectl status --json | jq -e "(.reboot.state == \"rebooting\") and (.reboot.detail | startswith(\"drained\")) and (.reboot.holders[0].node == \"worker-1\")"'
 check "the reboot waits for the inhibitor (journal names it)" wait_until 10 sh -c \
@@ -331,14 +346,19 @@ rm /run/fake-logind.inhibitors
 check "the inhibitor gone, nodectld asks logind to reboot (non-interactive)" wait_until 30 \
   grep -qx 'reboot interactive=false' /run/fake-logind.log
 expect "once" "$(grep -c reboot /run/fake-logind.log)" 1
+expect "the pre-reboot check ran first, with its phase and node" "$(cat /run/pre-check.log)" "pre-reboot worker-1"
 # the next boot: /run is empty again and nodectld starts anew (the boot id cannot change here:
 # reboot.abandon_after_secs lets a steady-state of the same boot give the slot back)
 sleep 5
 rm /run/reboot-required
 systemctl restart nodectld.service
+# (a new coordinator shows `idle` with no group before it asked anything: the group says it did)
 check "after the boot, the slot is given back once kubelet is active and the Node Ready" wait_until 20 sh -c \
-  'nodectl status --json | jq -e "(.reboot.state == \"idle\") and (.reboot.holders | length == 0)"'
+  'nodectl status --json | jq -e "(.reboot.state == \"idle\") and (.reboot.group == \"workers\") and (.reboot.holders | length == 0)"'
 expect "and no second reboot" "$(grep -c reboot /run/fake-logind.log)" 1
+expect "the post-reboot check ran before the release" "$(cat /run/post-check.log 2>&1)" "post-reboot worker-1"
+check "as nodectl-post-reboot-1.service" sh -c \
+  'journalctl -u nodectl-post-reboot-1.service -o cat | grep -q "Deactivated successfully"'
 rm /etc/nodectl/config.d/30-reboot.toml
 systemctl stop fake-logind.service
 systemctl unmask --runtime systemd-logind.service >/dev/null 2>&1

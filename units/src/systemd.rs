@@ -311,6 +311,69 @@ impl Client {
         }
     }
 
+    /// Runs `argv` as the transient service `unit` (`systemd-run --wait`'s way: `Type=oneshot`,
+    /// collected once it ended; its output in the journal under its unit, outside the caller's
+    /// sandbox) with `env`, killed after `timeout` (`TimeoutStartUSec=`), and waits for its
+    /// start job: `done` when it exited 0, else the job's result (`failed`, `timeout`).
+    /// Mode `fail`: a unit of that name still running is not replaced.
+    pub async fn run_transient(
+        &self,
+        unit: &str,
+        argv: &[String],
+        env: &[String],
+        timeout: Duration,
+    ) -> Result<()> {
+        use zbus::{OwnedVariant as OwnedValue, Variant as Value};
+        let op = "run";
+        let prop = |k: &str, v: Value<'_>| -> Result<(String, OwnedValue)> {
+            OwnedValue::try_from(v)
+                .map(|v| (k.to_string(), v))
+                .map_err(bus(format!("{unit}: property {k}")))
+        };
+        let exec: Vec<(String, Vec<String>, bool)> = vec![(
+            argv.first().cloned().unwrap_or_default(),
+            argv.to_vec(),
+            false,
+        )];
+        let props = vec![
+            // (not the arguments: they may carry what the journal should not)
+            prop("Description", Value::from(format!("nodectl {unit}")))?,
+            prop("Type", Value::from("oneshot"))?,
+            prop("ExecStart", Value::from(exec))?,
+            prop("Environment", Value::from(env.to_vec()))?,
+            prop("TimeoutStartUSec", Value::from(timeout.as_micros() as u64))?,
+            prop("CollectMode", Value::from("inactive-or-failed"))?,
+        ];
+        self.counters.start.fetch_add(1, Ordering::Relaxed);
+        let mut watch = JobWatch::start(&self.conn, unit);
+        watch
+            .subscribed()
+            .await
+            .map_err(bus("subscribing to JobRemoved"))?;
+        let path = self
+            .manager
+            .start_transient_unit(unit.to_string(), "fail".into(), props, Vec::new())
+            .await
+            .map_err(bus(format!("StartTransientUnit {unit}")))?;
+        // (systemd's own timeout ends the job; this one only guards a lost signal)
+        let limit = timeout + Duration::from_secs(30);
+        let result = tokio::time::timeout(limit, watch.result(path.as_str()))
+            .await
+            .map_err(|_| SystemdError::JobTimeout {
+                unit: unit.into(),
+                op,
+                secs: limit.as_secs(),
+            })?;
+        match result.as_deref() {
+            Some("done") => Ok(()),
+            r => Err(SystemdError::JobFailed {
+                unit: unit.into(),
+                op,
+                result: r.unwrap_or("signal stream closed").into(),
+            }),
+        }
+    }
+
     /// A proxy for the unit. `cache` is for following changes by signal; reads use uncached
     /// proxies, since a cached proxy keeps "const" properties (LoadState, UnitFileState) from
     /// when it was made, e.g. `not-found` before the unit file was written.
@@ -745,6 +808,24 @@ impl Systemd {
             crash_point!("systemd::restart");
         }
         r
+    }
+
+    /// See [`Client::run_transient`]. Offline there is no systemd to run anything: an error.
+    pub async fn run_transient(
+        &self,
+        unit: &str,
+        argv: &[String],
+        env: &[String],
+        timeout: Duration,
+    ) -> Result<()> {
+        self.forget();
+        match self {
+            Systemd::Bus(c) => c.run_transient(unit, argv, env, timeout).await,
+            Systemd::Offline(o) => Err(SystemdError::Offline {
+                path: o.path.clone(),
+                msg: format!("no systemd to run {unit}"),
+            }),
+        }
     }
 
     /// See [`Client::queue`]; offline the same as [`Self::start`] / [`Self::restart`].

@@ -182,6 +182,9 @@ pub(crate) struct RebootSection {
     pub(crate) block_on_pending_alerts: Option<bool>,
     pub(crate) alerts_unreachable: Option<String>,
     pub(crate) settle_secs: Option<i64>,
+    pub(crate) pre_commands: Option<Vec<Vec<String>>>,
+    pub(crate) post_commands: Option<Vec<Vec<String>>>,
+    pub(crate) command_timeout_secs: Option<i64>,
 }
 
 /// `[selinux]`.

@@ -564,6 +564,7 @@ mod tests {
                 Kind::List | Kind::Items => "[\"x\"]",
                 Kind::Bool => "true",
                 Kind::Int => "1",
+                Kind::Argvs => "[[\"/x\"]]",
             };
             text.push_str(&format!("[{t}]\n{k} = {v}\n"));
         }

@@ -1,7 +1,7 @@
 //! `[reboot]`'s gates: what must hold before a node takes a reboot slot (no matching pod runs on
-//! it, no matching alert fires) and how long a group settles between reboots. Checked here
-//! (every selector parsed, every pattern compiled); the reboot layer compiles them again to use
-//! them.
+//! it, no matching alert fires), how long a group settles between reboots, and the commands run
+//! before a reboot and after it. Checked here (every selector parsed, every pattern compiled,
+//! every command's program an absolute path); the reboot layer compiles them again to use them.
 
 use serde::{Deserialize, Serialize};
 
@@ -12,6 +12,11 @@ use crate::util::{labels, names};
 
 /// The most selectors, patterns or commands a gate takes.
 pub const MAX_GATE_ITEMS: usize = 32;
+/// The most arguments of one command, and bytes of one argument.
+const MAX_ARGS: usize = 64;
+const MAX_ARG_BYTES: usize = 4096;
+/// Seconds a pre- or post-reboot command may run before it is killed and counts as failed.
+pub(crate) const DEFAULT_COMMAND_TIMEOUT_SECS: i64 = 300;
 /// The longest regular expression taken (compiled with the `regex` crate's size limits too).
 pub const MAX_PATTERN: usize = 1024;
 
@@ -40,7 +45,7 @@ pub struct AlertGate {
     pub unreachable: Unreachable,
 }
 
-/// The gates of `[reboot]` (all empty: none).
+/// The gates and checks of `[reboot]` (all empty: none).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RebootGates {
     /// Label selectors: a running pod on this node matching one blocks taking a slot.
@@ -51,6 +56,13 @@ pub struct RebootGates {
     pub alerts: Option<AlertGate>,
     /// Seconds the group settles after a holder's release before its next slot is granted.
     pub settle_secs: u64,
+    /// Run once the slot is taken, before the drain; one failing releases the slot.
+    pub pre_commands: Vec<Vec<String>>,
+    /// Run after the reboot, once kubelet is active and the Node Ready, before the slot is
+    /// released; one failing keeps the slot.
+    pub post_commands: Vec<Vec<String>>,
+    /// How long each command may run.
+    pub command_timeout_secs: u64,
 }
 
 /// A regular expression as the gates use it: compiled whole (`^(?:...)$`), bounded.
@@ -67,6 +79,43 @@ pub fn whole(pattern: &str) -> Result<regex::Regex, String> {
 fn bounded<'a>(key: &str, v: &'a [String], c: &Check) -> Result<&'a [String], ConfigError> {
     if v.len() > MAX_GATE_ITEMS {
         return Err(c.at(key, format!("at most {MAX_GATE_ITEMS} items")));
+    }
+    Ok(v)
+}
+
+fn commands(
+    key: &str,
+    v: Option<&Vec<Vec<String>>>,
+    c: &Check,
+) -> Result<Vec<Vec<String>>, ConfigError> {
+    let v = v.cloned().unwrap_or_default();
+    if v.len() > MAX_GATE_ITEMS {
+        return Err(c.at(key, format!("at most {MAX_GATE_ITEMS} commands")));
+    }
+    for (i, argv) in v.iter().enumerate() {
+        let what = |m: &str| c.at(key, format!("command {}: {m}", i + 1));
+        match argv.first() {
+            None => {
+                return Err(what(
+                    "empty (a command is its program's path, then its arguments)",
+                ))
+            }
+            Some(p) if !p.starts_with('/') || p.split('/').any(|s| s == "..") => {
+                return Err(what(&format!("{p:?} is not an absolute path without ..")))
+            }
+            Some(_) => {}
+        }
+        if argv.len() > MAX_ARGS {
+            return Err(what(&format!("more than {MAX_ARGS} arguments")));
+        }
+        if argv
+            .iter()
+            .any(|a| a.len() > MAX_ARG_BYTES || a.contains('\0'))
+        {
+            return Err(what(&format!(
+                "an argument longer than {MAX_ARG_BYTES} bytes or with a NUL"
+            )));
+        }
     }
     Ok(v)
 }
@@ -160,6 +209,14 @@ impl RebootGates {
             block_on_pods_namespaces: namespaces,
             alerts: alerts(f, c)?,
             settle_secs: c.int("reboot.settle_secs", f.settle_secs, 0, (0, 86_400))? as u64,
+            pre_commands: commands("reboot.pre_commands", f.pre_commands.as_ref(), c)?,
+            post_commands: commands("reboot.post_commands", f.post_commands.as_ref(), c)?,
+            command_timeout_secs: c.int(
+                "reboot.command_timeout_secs",
+                f.command_timeout_secs,
+                DEFAULT_COMMAND_TIMEOUT_SECS,
+                (1, 86_400),
+            )? as u64,
         })
     }
 }
@@ -188,6 +245,7 @@ mod tests {
         assert_eq!(a.block, ".*");
         assert_eq!(a.unreachable, super::Unreachable::Block);
         assert_eq!(g.settle_secs, 20);
+        assert_eq!(g.command_timeout_secs, 300);
         for (toml, key, says) in [
             (
                 "block_on_pods = [\"app in backup\"]",
@@ -235,6 +293,26 @@ mod tests {
                 "without reboot.prometheus_url",
             ),
             ("settle_secs = -1", "reboot.settle_secs", "seconds"),
+            (
+                "pre_commands = [[]]",
+                "reboot.pre_commands",
+                "command 1: empty",
+            ),
+            (
+                "post_commands = [[\"/bin/true\"], [\"true\"]]",
+                "reboot.post_commands",
+                "command 2",
+            ),
+            (
+                "pre_commands = [[\"/bin/../bin/true\"]]",
+                "reboot.pre_commands",
+                "without ..",
+            ),
+            (
+                "command_timeout_secs = 0",
+                "reboot.command_timeout_secs",
+                "seconds",
+            ),
             (
                 "prometheus_url = \"u:secret@prom:9090\"",
                 "reboot.prometheus_url",

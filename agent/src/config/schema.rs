@@ -20,6 +20,8 @@ pub(crate) enum Kind {
     Bool,
     /// An integer.
     Int,
+    /// A list of lists of strings (commands as argv).
+    Argvs,
 }
 
 /// Every key: (table, key, kind, what is expected). The docs test checks each appears in
@@ -218,6 +220,24 @@ pub(crate) const SCHEMA: &[(&str, &str, Kind, &str)] = &[
         Kind::Int,
         "seconds from 0 to 86400",
     ),
+    (
+        "reboot",
+        "pre_commands",
+        Kind::Argvs,
+        "a list of commands, each a list of strings beginning with an absolute path",
+    ),
+    (
+        "reboot",
+        "post_commands",
+        Kind::Argvs,
+        "a list of commands, each a list of strings beginning with an absolute path",
+    ),
+    (
+        "reboot",
+        "command_timeout_secs",
+        Kind::Int,
+        "seconds from 1 to 86400",
+    ),
     ("selinux", "relabel", Kind::List, "a list of absolute paths"),
 ];
 
@@ -276,6 +296,10 @@ fn check_key(table: &str, key: &str, v: &toml::Value, file: &Path) -> Result<(),
         Kind::Str => v.is_str(),
         Kind::Bool => v.is_bool(),
         Kind::Int => v.is_integer(),
+        Kind::Argvs => v.as_array().is_some_and(|a| {
+            a.iter()
+                .all(|c| c.as_array().is_some_and(|c| c.iter().all(|x| x.is_str())))
+        }),
     };
     if !type_ok {
         return Err(err(

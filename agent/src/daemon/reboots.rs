@@ -98,6 +98,11 @@ fn policy(p: &RebootPolicy) -> anyhow::Result<Policy> {
         abandon_after: Duration::from_secs(p.abandon_after_secs),
         gates,
         settle: Duration::from_secs(p.gates.settle_secs),
+        checks: crate::reboot::commands::Checks {
+            pre: p.gates.pre_commands.clone(),
+            post: p.gates.post_commands.clone(),
+            timeout: Duration::from_secs(p.gates.command_timeout_secs),
+        },
         ..Policy::default()
     })
 }
@@ -173,6 +178,7 @@ async fn start(
             tokio::spawn(async move { super::metrics::write(&root, &shared).await });
         }));
     }
+    c.set_command_runner(crate::reboot::commands::systemd_runner(systemd.clone()));
     if s.reboot_policy.gates.settle_secs > 0 {
         // a released entry of this node's, left by a nodectld stopped during the settle time
         c.tidy_release(&s.reboot_policy.group);

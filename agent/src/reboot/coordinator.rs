@@ -24,6 +24,7 @@ use super::lease::LeaseLock;
 use super::slots::{Acquire, Holder, Sightings, Slots};
 use crate::kubeconfig::KubeconfigError;
 
+mod checks;
 mod release;
 
 /// How this node's reboots are coordinated with the rest of its group.
@@ -53,6 +54,10 @@ pub struct Policy {
     /// How long the group settles after a release before its next slot is granted; this
     /// node's release carries it in the Lease.
     pub settle: Duration,
+    /// The operator's commands before the drain and after the reboot.
+    pub checks: super::commands::Checks,
+    /// After failed pre-reboot checks, no new try for this long (doubling, at most an hour).
+    pub check_backoff: Duration,
 }
 
 impl Default for Policy {
@@ -69,6 +74,8 @@ impl Default for Policy {
             abandon_after: Duration::from_secs(1800),
             gates: super::gates::Gates::default(),
             settle: Duration::ZERO,
+            checks: super::commands::Checks::default(),
+            check_backoff: Duration::from_secs(60),
         }
     }
 }
@@ -96,6 +103,7 @@ pub(crate) const STATES: &[&str] = &[
     "blocked",
     "waiting-for-slot",
     "settling",
+    "checking",
     "draining",
     "rebooting",
     "waiting-for-ready",
@@ -142,6 +150,8 @@ pub struct LeaseCoordinator {
     clock: std::time::Instant,
     /// What the gates last found (logged, with its MESSAGE_ID, when it changes).
     blocked: Mutex<String>,
+    /// The pre- and post-reboot checks' runner and what they know.
+    checks: checks::CheckState,
 }
 
 fn now() -> u64 {
@@ -185,6 +195,7 @@ impl LeaseCoordinator {
             seen: Mutex::default(),
             clock: std::time::Instant::now(),
             blocked: Mutex::default(),
+            checks: checks::CheckState::default(),
         }
     }
 
@@ -267,8 +278,12 @@ impl LeaseCoordinator {
     async fn pre(&self, p: &ClientParams) -> Result<String, Refusal> {
         self.ours(p)?;
         let (client, drainer) = self.client().await?;
+        if let Some(r) = self.pre_backoff() {
+            return Err(r);
+        }
         let lock = LeaseLock::new(client.clone(), &self.policy.namespace, &p.group);
         let slots = self.take_slot(p, &lock, &client).await?;
+        self.pre_checks(p, &lock, &slots).await?;
         self.drain(p, slots, &drainer).await
     }
 

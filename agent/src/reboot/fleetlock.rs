@@ -127,6 +127,8 @@ pub const KINDS: &[(&str, u16, &str)] = &[
     ),
     ("blocked", 423, "a gate holds the node back (value: which pods or alerts)"),
     ("settling", 423, "a slot is free; the group settles after a release"),
+    ("pre_check_failed", 423, "a pre-reboot check failed: slot released, backing off"),
+    ("post_check_failed", 423, "a post-reboot check failed: slot kept"),
     (
         "draining",
         423,

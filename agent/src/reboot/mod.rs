@@ -1,6 +1,7 @@
 //! Reboot coordination for auto-updates: the FleetLock protocol Zincati speaks, Flatcar's
 //! update_engine, `/run/reboot-required`, and the group's reboot slots as a counting semaphore.
 
+pub mod commands;
 pub mod coordinator;
 pub mod drain;
 pub mod fleetlock;

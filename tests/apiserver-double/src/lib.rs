@@ -1810,3 +1810,38 @@ impl rustls::server::danger::ClientCertVerifier for RequestClientCert {
         self.0.supported_verify_schemes()
     }
 }
+
+/// Stands in for systemd's transient service where no systemd runs (tier 1; the nspawn tier runs
+/// the real one): runs `argv` with `env`, killed after `timeout`, and answers as
+/// nodectl-units' `run_transient` does: `Ok` when it exited 0, else "<unit>: job run finished
+/// with result 'failed'" ('timeout' once killed). As systemd's src/core/service.c ends a
+/// `Type=oneshot` start job: `done` when `ExecStart=` exits 0, `failed` when it does not,
+/// `timeout` when `TimeoutStartSec=` passes (the process killed).
+pub async fn transient_unit_standin(
+    unit: &str,
+    argv: &[String],
+    env: &[String],
+    timeout: std::time::Duration,
+) -> Result<(), String> {
+    let failed = |r: &str| format!("{unit}: job run finished with result '{r}'");
+    let Some(program) = argv.first() else {
+        return Err(failed("failed"));
+    };
+    let mut cmd = tokio::process::Command::new(program);
+    cmd.args(&argv[1..])
+        .env_clear()
+        .envs(env.iter().filter_map(|e| e.split_once('=')))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true);
+    let mut child = cmd.spawn().map_err(|_| failed("failed"))?;
+    match tokio::time::timeout(timeout, child.wait()).await {
+        Ok(Ok(st)) if st.success() => Ok(()),
+        Ok(_) => Err(failed("failed")),
+        Err(_) => {
+            let _ = child.kill().await;
+            Err(failed("timeout"))
+        }
+    }
+}

@@ -440,6 +440,62 @@ async fn zincati_drives_two_nodes_through_one_slot_with_drain_and_readiness() {
     assert!(b.contains("after the reboot of n6"), "{b}");
     note(s, &b);
 
+    // The operator's checks: a pre-reboot command that fails gives the slot back and backs off;
+    // a post-reboot command that fails keeps it.
+    let runner: nodectl::reboot::commands::RunCommand = Arc::new(|unit, argv, env, t| {
+        Box::pin(async move {
+            nodectl_apiserver_double::transient_unit_standin(&unit, &argv, &env, t).await
+        })
+    });
+    let checked = |pre: &str, post: &str| Policy {
+        group: "checked".into(),
+        checks: nodectl::reboot::commands::Checks {
+            pre: vec![vec![pre.into()]],
+            post: vec![vec![post.into()]],
+            timeout: Duration::from_secs(5),
+        },
+        check_backoff: Duration::from_secs(600),
+        ..Policy::default()
+    };
+    api.set_node("n8", true);
+    let n8 = endpoint(&api, "n8", "id8", checked("/bin/false", "/bin/true")).await;
+    n8.coordinator.set_command_runner(runner.clone());
+    let p8 = params("id8", "checked");
+    let (s, b) = post(n8.addr, "POST", fleetlock::PRE_REBOOT, true, &p8).await;
+    assert_eq!((s, kind(&b)), (423, "pre_check_failed".into()), "{b}");
+    assert!(b.contains("pre-reboot check 1 (/bin/false) failed"), "{b}");
+    assert!(b.contains("slot released"), "{b}");
+    note(s, &b);
+    assert!(n8.coordinator.status().holders.is_empty());
+    assert_eq!(
+        api.node("n8").unwrap()["spec"]["unschedulable"],
+        serde_json::Value::Null
+    );
+    let (s, b) = post(n8.addr, "POST", fleetlock::PRE_REBOOT, true, &p8).await;
+    assert_eq!((s, kind(&b)), (423, "pre_check_failed".into()), "{b}");
+    assert!(b.contains("failed 1 time(s) in a row; next try in"), "{b}");
+    api.set_node("n9", true);
+    let n9 = endpoint(&api, "n9", "id9", checked("/bin/true", "/bin/false")).await;
+    n9.coordinator.set_command_runner(runner.clone());
+    let p9 = params("id9", "checked");
+    let (s, b) = post(n9.addr, "POST", fleetlock::PRE_REBOOT, true, &p9).await;
+    assert_eq!(s, 200, "{b}");
+    let n9 = endpoint_with(
+        &api,
+        "n9",
+        "id9",
+        checked("/bin/true", "/bin/false"),
+        Some("n9-after"),
+        this_uid(),
+    )
+    .await;
+    n9.coordinator.set_command_runner(runner);
+    let (s, b) = post(n9.addr, "POST", fleetlock::STEADY_STATE, true, &p9).await;
+    assert_eq!((s, kind(&b)), (423, "post_check_failed".into()), "{b}");
+    assert!(b.contains("slot kept"), "{b}");
+    note(s, &b);
+    assert_eq!(n9.coordinator.status().holders.len(), 1);
+
     // The API server unreachable: internal_error.
     api.down();
     let (s, b) = post(n2.addr, "POST", fleetlock::STEADY_STATE, true, &ok2).await;

@@ -109,6 +109,9 @@ impl LeaseCoordinator {
             );
             return Err(Refusal::new(StatusCode::LOCKED, "reboot_pending", d));
         }
+        if held.holds(&self.node) {
+            self.post_checks(p, &held).await?;
+        }
         drainer.cordon(false).await.map_err(internal)?;
         let settle = self.policy.settle.as_secs();
         let (r, slots) = match lock
