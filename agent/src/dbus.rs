@@ -29,6 +29,22 @@ pub(crate) trait Backend: Send + Sync {
     ) -> BoxFuture<'a, zbus::fdo::Result<String>>;
     /// `starting`, `converging`, `ready` or `stopping`.
     fn state(&self) -> BoxFuture<'_, String>;
+    /// An operator's verb on this node's reboots.
+    fn reboot_verb(&self, verb: RebootVerb) -> BoxFuture<'_, zbus::fdo::Result<String>>;
+}
+
+/// An operator's verb on this node's reboots (`nodectl reboot ...`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum RebootVerb {
+    /// Reboot now through the slot and the drain (`force`: without the gates and checks).
+    Now {
+        /// Pass by the windows, the gates, the settle time and the checks.
+        force: bool,
+    },
+    /// Hold this node's slot for maintenance, with a reason.
+    Hold(String),
+    /// Give the maintenance hold back.
+    Release,
 }
 
 /// The object at [`OBJECT_PATH`].
@@ -79,6 +95,39 @@ impl Agent {
         self.backend.release_reboot_slot(&group, &holder).await
     }
 
+    /// Reboots this node now through its group's slot and the drain (`force`: without the
+    /// windows, gates, settle time and checks). Root only.
+    async fn reboot_now(
+        &self,
+        force: bool,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &zbus::Connection,
+    ) -> zbus::fdo::Result<String> {
+        root_only(&hdr, conn, "RebootNow").await?;
+        self.backend.reboot_verb(RebootVerb::Now { force }).await
+    }
+
+    /// Holds this node's slot of its group for maintenance. Root only.
+    async fn hold_reboots(
+        &self,
+        reason: String,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &zbus::Connection,
+    ) -> zbus::fdo::Result<String> {
+        root_only(&hdr, conn, "HoldReboots").await?;
+        self.backend.reboot_verb(RebootVerb::Hold(reason)).await
+    }
+
+    /// Gives this node's maintenance hold back. Root only.
+    async fn release_reboot_hold(
+        &self,
+        #[zbus(header)] hdr: Header<'_>,
+        #[zbus(connection)] conn: &zbus::Connection,
+    ) -> zbus::fdo::Result<String> {
+        root_only(&hdr, conn, "ReleaseRebootHold").await?;
+        self.backend.reboot_verb(RebootVerb::Release).await
+    }
+
     /// `starting`, `converging`, `ready` or `stopping`.
     #[zbus(property)]
     async fn state(&self) -> String {
@@ -108,6 +157,21 @@ pub(crate) async fn emit_state_changed(conn: &zbus::Connection) {
     }
 }
 
+/// Refuses `method` to every caller but root.
+async fn root_only(
+    hdr: &Header<'_>,
+    conn: &zbus::Connection,
+    method: &str,
+) -> zbus::fdo::Result<()> {
+    let uid = caller_uid(hdr, conn).await?;
+    if uid != 0 {
+        return Err(zbus::fdo::Error::AccessDenied(format!(
+            "{method} changes this node's reboots: root only (caller uid {uid})"
+        )));
+    }
+    Ok(())
+}
+
 async fn caller_uid(hdr: &Header<'_>, conn: &zbus::Connection) -> zbus::fdo::Result<u32> {
     let sender = hdr
         .sender()
@@ -130,6 +194,12 @@ pub trait Agent1 {
     fn converge(&self) -> zbus::Result<()>;
     /// Frees a reboot slot (root only).
     fn release_reboot_slot(&self, group: &str, holder: &str) -> zbus::Result<String>;
+    /// Reboots now (root only).
+    fn reboot_now(&self, force: bool) -> zbus::Result<String>;
+    /// Holds this node's slot for maintenance (root only).
+    fn hold_reboots(&self, reason: &str) -> zbus::Result<String>;
+    /// Gives the maintenance hold back (root only).
+    fn release_reboot_hold(&self) -> zbus::Result<String>;
     /// The daemon's state.
     #[zbus(property)]
     fn state(&self) -> zbus::Result<String>;

@@ -359,6 +359,34 @@ expect "and no second reboot" "$(grep -c reboot /run/fake-logind.log)" 1
 expect "the post-reboot check ran before the release" "$(cat /run/post-check.log 2>&1)" "post-reboot worker-1"
 check "as nodectl-post-reboot-1.service" sh -c \
   'journalctl -u nodectl-post-reboot-1.service -o cat | grep -q "Deactivated successfully"'
+# issue 41: the operator's verbs over D-Bus (root only): a maintenance hold, given back; held
+# again, an update's reboot waits on it; `nodectl reboot now` takes it over; the slot goes back
+# after the boot
+out=$(setpriv --reuid=65534 --regid=65534 --clear-groups nodectl reboot hold 2>&1 || true)
+check "nobody else may hold this node's reboots ($out)" grep -qi "access denied\|AccessDenied" <<<"$out"
+out=$(nodectl reboot hold --reason "disk swap" 2>&1)
+check "root holds this node's slot for maintenance ($out)" grep -q "held for maintenance: disk swap" <<<"$out"
+check "the status says held, by this node" sh -c \
+  'nodectl status --json | jq -e "(.reboot.state == \"held\") and (.reboot.holders[0].node == \"worker-1\")"'
+out=$(nodectl reboot release 2>&1)
+check "reboot release gives it back ($out)" grep -q 'released the maintenance hold of group workers' <<<"$out"
+check "and holds nothing" sh -c 'nodectl status --json | jq -e ".reboot.holders | length == 0"'
+nodectl reboot hold --reason "disk swap" >/dev/null
+touch /run/reboot-required
+check "an update's reboot waits on the hold" wait_until 10 sh -c \
+  'journalctl -u nodectld.service -o cat | grep -q "holds its slot of group workers for maintenance (disk swap)"'
+expect "and no reboot was asked for" "$(grep -c reboot /run/fake-logind.log)" 1
+out=$(nodectl reboot now --json)
+check "reboot now is taken ($out)" jq -e '.verb == "now"' <<<"$out"
+check "it takes the hold over, drains and asks logind" wait_until 30 sh -c \
+  '[ "$(grep -c reboot /run/fake-logind.log)" = 2 ]'
+expect "a second reboot now is refused while it is under way" \
+  "$(nodectl reboot now 2>&1 | grep -c 'already under way')" 1
+sleep 5
+rm /run/reboot-required
+systemctl restart nodectld.service
+check "after the boot, the operator's slot goes back" wait_until 20 sh -c \
+  'nodectl status --json | jq -e "(.reboot.state == \"idle\") and (.reboot.group == \"workers\") and (.reboot.holders | length == 0)"'
 rm /etc/nodectl/config.d/30-reboot.toml
 systemctl stop fake-logind.service
 systemctl unmask --runtime systemd-logind.service >/dev/null 2>&1

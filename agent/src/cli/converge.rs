@@ -27,7 +27,7 @@ pub(super) fn not_running(e: &zbus::Error) -> bool {
     }
 }
 
-async fn agent(conn: &zbus::Connection) -> anyhow::Result<Agent1Proxy<'_>> {
+pub(super) async fn agent(conn: &zbus::Connection) -> anyhow::Result<Agent1Proxy<'_>> {
     Ok(Agent1Proxy::new(conn).await?)
 }
 
@@ -37,7 +37,7 @@ async fn status(agent: &Agent1Proxy<'_>) -> Result<Status, zbus::Error> {
         .map_err(|e| zbus::Error::Failure(format!("nodectld's status does not parse: {e}")))
 }
 
-fn say_not_running(json: bool, what: &str) -> anyhow::Result<i32> {
+pub(super) fn say_not_running(json: bool, what: &str) -> anyhow::Result<i32> {
     if json {
         let v = serde_json::json!({"error": "nodectld is not running", "asked": what});
         println!("{}", serde_json::to_string_pretty(&v)?);

@@ -8,6 +8,7 @@ mod converge;
 mod fleet;
 mod follow;
 mod import;
+mod reboot;
 mod status_cmd;
 mod wait;
 
@@ -146,6 +147,12 @@ pub enum Command {
         #[command(subcommand)]
         action: ConfigAction,
     },
+    /// This node's reboots (root only; docs/reboot.md "Operator verbs").
+    Reboot {
+        /// What to do.
+        #[command(subcommand)]
+        action: RebootAction,
+    },
     /// The group's reboot lock (a Lease; docs/reboot.md).
     RebootLock {
         /// What to do with the lock.
@@ -168,6 +175,39 @@ pub enum ConfigAction {
         os: Option<config_cmd::CheckOs>,
         /// Machine-readable output: `{"valid": true, "settings": ...}` or `{"valid": false,
         /// "error": ...}`.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// An operator's verb on this node's reboots.
+#[derive(Subcommand, Debug)]
+pub enum RebootAction {
+    /// Reboot now: take this node's slot of its group (a maintenance hold of its own becomes
+    /// it), run the pre-reboot checks, drain, reboot through logind; the slot goes back after
+    /// the boot. Waits as an update's reboot would for the windows, gates and settle time.
+    Now {
+        /// Pass by the windows, the gates, the settle time and the checks (never by the slot
+        /// or the drain).
+        #[arg(long)]
+        force: bool,
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Hold this node's slot of its group for maintenance: no other node of the group
+    /// reboots and no update reboots this one until `nodectl reboot release` (or `reboot now`).
+    Hold {
+        /// Why (shown in the Lease, the status and `kubectl nodectl reboots`).
+        #[arg(long, default_value = "maintenance")]
+        reason: String,
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Give the maintenance hold back.
+    Release {
+        /// Machine-readable output.
         #[arg(long)]
         json: bool,
     },
@@ -262,6 +302,15 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
                 }
             };
             converge::release(&group, &holder, json).await
+        }
+        Command::Reboot { action } => {
+            use crate::dbus::RebootVerb;
+            let (verb, json) = match action {
+                RebootAction::Now { force, json } => (RebootVerb::Now { force }, json),
+                RebootAction::Hold { reason, json } => (RebootVerb::Hold(reason), json),
+                RebootAction::Release { json } => (RebootVerb::Release, json),
+            };
+            reboot::run(verb, json).await
         }
         Command::Audit { json, fix } => audit::run(&root, json, fix),
         Command::Config {

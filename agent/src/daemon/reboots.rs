@@ -359,6 +359,55 @@ async fn follow(
     })))
 }
 
+/// An operator's verb (`nodectl reboot now|hold|release`) on this node's coordinator. `now`
+/// starts the reboot (slot, drain, logind) in the background and returns; `nodectl status`
+/// follows it. After the boot the slot goes back as after an update's reboot (the follower's
+/// steady-state, or Zincati's).
+pub(super) async fn operator_verb(
+    c: Arc<LeaseCoordinator>,
+    verb: crate::dbus::RebootVerb,
+) -> Result<String, String> {
+    use crate::dbus::RebootVerb;
+    use crate::reboot::coordinator::Ask;
+    match verb {
+        RebootVerb::Hold(reason) => c.hold(&reason).await.map_err(|e| e.to_string()),
+        RebootVerb::Release => c.release_hold().await.map_err(|e| e.to_string()),
+        RebootVerb::Now { force } => {
+            if c.operator_reboot.swap(true, Ordering::SeqCst) {
+                return Err(
+                    "a reboot asked by an operator is already under way (nodectl status)".into(),
+                );
+            }
+            let conn = zbus::Connection::system()
+                .await
+                .map_err(|e| format!("connecting to the system bus for logind: {e}"))?;
+            let follower = crate::reboot::update_engine::Follower {
+                coordinator: c.clone(),
+                params: c.params(),
+                retry: Duration::from_secs(60),
+                reboot: crate::reboot::update_engine::logind_reboot(conn),
+                inhibited: None,
+            };
+            tracing::warn!(force, "a reboot asked by an operator (nodectl reboot now)");
+            tokio::spawn(async move {
+                // (once logind took the reboot the machine goes down: asking again is refused)
+                if let Err(e) = follower.reboot_as(Ask::Operator { force }).await {
+                    tracing::error!("the reboot asked by an operator failed: {e:#}");
+                    c.operator_reboot.store(false, Ordering::SeqCst);
+                }
+            });
+            Ok(format!(
+                "reboot requested{}: the slot, the drain, then logind (nodectl status follows it)",
+                if force {
+                    " (--force: no windows, gates, settle time or checks)"
+                } else {
+                    ""
+                }
+            ))
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

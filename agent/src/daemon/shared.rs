@@ -148,6 +148,17 @@ impl Shared {
     }
 }
 
+impl Shared {
+    /// The reboot coordinator, or why there is none.
+    fn coordinator(&self) -> zbus::fdo::Result<Arc<LeaseCoordinator>> {
+        self.reboot.lock().expect("reboot").clone().ok_or_else(|| {
+            zbus::fdo::Error::Failed(
+                "nothing coordinates reboots here (reboot.strategy is off, or the node has no credentials yet)".into(),
+            )
+        })
+    }
+}
+
 impl crate::dbus::Backend for Shared {
     fn status_json(&self) -> BoxFuture<'_, String> {
         async move {
@@ -169,13 +180,8 @@ impl crate::dbus::Backend for Shared {
         holder: &'a str,
     ) -> BoxFuture<'a, zbus::fdo::Result<String>> {
         async move {
-            let c = self.reboot.lock().expect("reboot").clone();
-            let Some(c) = c else {
-                return Err(zbus::fdo::Error::Failed(
-                    "nodectld does not serve FleetLock (reboot.strategy is not fleet-lock, or the node has no credentials yet)".into(),
-                ));
-            };
-            c.release_slot(group, holder)
+            self.coordinator()?
+                .release_slot(group, holder)
                 .await
                 .map_err(|e| zbus::fdo::Error::Failed(e.to_string()))
         }
@@ -184,5 +190,17 @@ impl crate::dbus::Backend for Shared {
 
     fn state(&self) -> BoxFuture<'_, String> {
         async move { self.status.lock().await.daemon.state.clone() }.boxed()
+    }
+
+    fn reboot_verb(
+        &self,
+        verb: crate::dbus::RebootVerb,
+    ) -> BoxFuture<'_, zbus::fdo::Result<String>> {
+        async move {
+            super::reboots::operator_verb(self.coordinator()?, verb)
+                .await
+                .map_err(zbus::fdo::Error::Failed)
+        }
+        .boxed()
     }
 }

@@ -22,10 +22,13 @@ use super::drain::Drainer;
 use super::fleetlock::{ClientParams, Coordinator, Refusal};
 use super::lease::LeaseLock;
 use super::slots::{Acquire, Holder, Sightings, Slots};
+pub(crate) use super::zincati::zincati_id;
 use crate::kubeconfig::KubeconfigError;
 
 mod checks;
 mod release;
+mod verbs;
+pub use verbs::Ask;
 
 /// How this node's reboots are coordinated with the rest of its group.
 #[derive(Clone, Debug)]
@@ -103,6 +106,7 @@ pub(crate) const STATES: &[&str] = &[
     "blocked",
     "waiting-for-slot",
     "settling",
+    "held",
     "checking",
     "draining",
     "rebooting",
@@ -152,6 +156,8 @@ pub struct LeaseCoordinator {
     blocked: Mutex<String>,
     /// The pre- and post-reboot checks' runner and what they know.
     checks: checks::CheckState,
+    /// An operator's reboot (`nodectl reboot now`) is under way.
+    pub operator_reboot: std::sync::atomic::AtomicBool,
 }
 
 fn now() -> u64 {
@@ -196,6 +202,7 @@ impl LeaseCoordinator {
             clock: std::time::Instant::now(),
             blocked: Mutex::default(),
             checks: checks::CheckState::default(),
+            operator_reboot: Default::default(),
         }
     }
 
@@ -276,14 +283,26 @@ impl LeaseCoordinator {
     }
 
     async fn pre(&self, p: &ClientParams) -> Result<String, Refusal> {
+        self.pre_reboot_as(p, Ask::Updater).await
+    }
+
+    /// Takes a slot, runs the pre-reboot checks, drains: for the updater, or for an operator
+    /// (`nodectl reboot now`: a maintenance hold of this node's becomes the reboot's slot;
+    /// `force` passes by the windows, the gates, the settle time and the checks, never by the
+    /// slot itself).
+    pub async fn pre_reboot_as(&self, p: &ClientParams, ask: Ask) -> Result<String, Refusal> {
         self.ours(p)?;
+        let force = ask == Ask::Operator { force: true };
         let (client, drainer) = self.client().await?;
-        if let Some(r) = self.pre_backoff() {
+        if let Some(r) = self.pre_backoff().filter(|_| !force) {
             return Err(r);
         }
         let lock = LeaseLock::new(client.clone(), &self.policy.namespace, &p.group);
-        let slots = self.take_slot(p, &lock, &client).await?;
-        self.pre_checks(p, &lock, &slots).await?;
+        let slots = self.take_slot(p, &lock, &client, force).await?;
+        let slots = self.held_for_maintenance(p, &lock, slots, ask).await?;
+        if !force {
+            self.pre_checks(p, &lock, &slots).await?;
+        }
         self.drain(p, slots, &drainer).await
     }
 
@@ -315,11 +334,13 @@ impl LeaseCoordinator {
         p: &ClientParams,
         lock: &LeaseLock,
         client: &kube::Client,
+        force: bool,
     ) -> Result<Slots, Refusal> {
         let current = lock.read().await.map_err(internal)?;
         // Outside the reboot windows no new slot is taken (a holder keeps going: a node half
         // drained is not left cordoned until the next window).
         if !current.holds(&self.node)
+            && !force
             && !crate::util::window::open_now(&self.policy.windows, &self.policy.time_zone)
         {
             let d = format!(
@@ -332,7 +353,7 @@ impl LeaseCoordinator {
         }
         // The gates: asked before every new slot, never while one is held (a node waiting on
         // a pod or an alert holds nothing another node could use).
-        if !current.holds(&self.node) && !self.policy.gates.is_empty() {
+        if !current.holds(&self.node) && !force && !self.policy.gates.is_empty() {
             let found = self.policy.gates.check(client, &self.node).await;
             let d = super::gates::describe(&found);
             self.note_blocked(&p.group, &found, &d);
@@ -351,7 +372,11 @@ impl LeaseCoordinator {
                 let me = (p.id.as_str(), node.as_str(), self.boot_id.as_str());
                 (
                     r,
-                    s.acquire_settled(me, now(), self.policy.slots, seen, mono),
+                    if force {
+                        s.acquire(me.0, me.1, me.2, now(), self.policy.slots)
+                    } else {
+                        s.acquire_settled(me, now(), self.policy.slots, seen, mono)
+                    },
                 )
             })
             .await
@@ -448,49 +473,5 @@ impl Coordinator for LeaseCoordinator {
     }
     fn steady_state<'a>(&'a self, p: &'a ClientParams) -> BoxFuture<'a, Result<String, Refusal>> {
         self.steady(p).boxed()
-    }
-}
-
-/// Zincati's client id: systemd's app-specific machine id for Zincati's app id
-/// (`sd_id128_get_machine_app_specific`): HMAC-SHA256 keyed with the machine id's 16 bytes over
-/// the app id's 16 bytes, first 16 bytes, as a version-4 UUID, in hex.
-pub(crate) fn zincati_id(machine_id_hex: &str) -> Option<String> {
-    const APP: &str = "de35106b6ec24688b63afddaa156679b";
-    let unhex = |s: &str| -> Option<Vec<u8>> {
-        let s = s.trim();
-        // 32 hex digits, checked before slicing (a 32-byte string with a multi-byte character
-        // would otherwise split it and panic).
-        if s.len() != 32 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return None;
-        }
-        (0..16)
-            .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).ok())
-            .collect()
-    };
-    let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &unhex(machine_id_hex)?);
-    let tag = ring::hmac::sign(&key, &unhex(APP)?);
-    let mut b = [0u8; 16];
-    b.copy_from_slice(&tag.as_ref()[..16]);
-    b[6] = (b[6] & 0x0F) | 0x40;
-    b[8] = (b[8] & 0x3F) | 0x80;
-    Some(b.iter().map(|x| format!("{x:02x}")).collect())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn zincati_ids_are_version_4_and_stable() {
-        let a = zincati_id("0123456789abcdef0123456789abcdef").unwrap();
-        assert_eq!(a.len(), 32);
-        assert_eq!(&a[12..13], "4", "{a}");
-        assert!(matches!(&a[16..17], "8" | "9" | "a" | "b"), "{a}");
-        assert_eq!(a, zincati_id("0123456789abcdef0123456789abcdef\n").unwrap());
-        assert_ne!(a, zincati_id("0123456789abcdef0123456789abcdee").unwrap());
-        assert_eq!(zincati_id("short"), None);
-        // 32 bytes, not 32 hex digits: refused, never a panic on a char boundary.
-        assert_eq!(zincati_id("0123456789abcdef0123456789abcdé"), None);
-        assert_eq!(zincati_id("0123456789abcdef0123456789abcdeg"), None);
     }
 }

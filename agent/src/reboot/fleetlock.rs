@@ -129,6 +129,7 @@ pub const KINDS: &[(&str, u16, &str)] = &[
     ("settling", 423, "a slot is free; the group settles after a release"),
     ("pre_check_failed", 423, "a pre-reboot check failed: slot released, backing off"),
     ("post_check_failed", 423, "a post-reboot check failed: slot kept"),
+    ("held", 423, "this node holds its slot for maintenance (nodectl reboot hold)"),
     (
         "draining",
         423,

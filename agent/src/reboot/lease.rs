@@ -346,6 +346,7 @@ mod tests {
             since,
             renewed: since,
             boot: String::new(),
+            hold: String::new(),
         };
         let mut l = Lease::default();
         let a = l.metadata.annotations.get_or_insert_with(Default::default);

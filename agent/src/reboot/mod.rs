@@ -11,6 +11,7 @@ pub mod peer;
 pub mod reboot_required;
 pub mod slots;
 pub mod update_engine;
+pub mod zincati;
 
 /// The drain for a reboot began (this node holds its group's slot): a line with its
 /// `MESSAGE_ID`, which is also an Event on the Node.

@@ -28,6 +28,11 @@ pub struct Holder {
     /// steady-state from that same boot does not release it (the reboot has not happened).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub boot: String,
+    /// Held for maintenance (`nodectl reboot hold`), with the operator's reason: no reboot
+    /// goes ahead on it but an operator's, steady-state keeps it, and it is never reclaimed as
+    /// stale (only `nodectl reboot release` or an administrator frees it).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub hold: String,
 }
 
 /// A node's entry after it gave its slot back, kept while the group settles
@@ -114,8 +119,29 @@ impl Slots {
             since: now,
             renewed: now,
             boot: boot.to_string(),
+            hold: String::new(),
         });
         Acquire::Obtained
+    }
+
+    /// The maintenance hold of `node`'s slot (`None`: it holds none, or not for maintenance).
+    pub fn hold_of(&self, node: &str) -> Option<&str> {
+        self.holders
+            .iter()
+            .find(|h| h.node == node && !h.hold.is_empty())
+            .map(|h| h.hold.as_str())
+    }
+
+    /// Sets (a reason) or clears (`""`) the maintenance hold of `node`'s slot; false when it
+    /// holds none.
+    pub fn set_hold(&mut self, node: &str, reason: &str) -> bool {
+        match self.holders.iter_mut().find(|h| h.node == node) {
+            Some(h) => {
+                h.hold = reason.to_string();
+                true
+            }
+            None => false,
+        }
     }
 
     /// Whether the group still settles after a release: the longest wait left, by this node's
@@ -223,7 +249,7 @@ impl Slots {
         let mut gone = Vec::new();
         self.holders.retain(|h| {
             let age = seen.age(h, now);
-            if age > stale_after {
+            if age > stale_after && h.hold.is_empty() {
                 gone.push((
                     h.clone(),
                     format!("its entry seen unchanged for {age} s (limit {stale_after} s)"),
@@ -373,6 +399,27 @@ mod tests {
         assert_eq!(later.reclaimed[0], s.holders[0]);
     }
 
+    /// Issue 41: a slot held for maintenance is never reclaimed as stale, keeps its hold when
+    /// renewed, and its hold is cleared without freeing it.
+    #[test]
+    fn a_maintenance_hold_is_never_reclaimed() {
+        let mut s = Slots::default();
+        s.acquire("a", "n1", "b1", 0, 2);
+        assert!(s.set_hold("n1", "disk swap"));
+        assert!(!s.set_hold("n2", "x"));
+        s.acquire("b", "n2", "b1", 0, 2);
+        let mut seen = Sightings::default();
+        s.reclaim(&mut seen, 0, 60);
+        let out = s.reclaim(&mut seen, 61, 60);
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].0.node, "n2");
+        assert_eq!(s.acquire("a", "n1", "b2", 70, 2), Acquire::Retained);
+        assert_eq!(s.hold_of("n1"), Some("disk swap"));
+        assert!(s.set_hold("n1", ""));
+        assert_eq!(s.hold_of("n1"), None);
+        assert!(s.holds("n1"));
+    }
+
     /// Issue 41: after a release with a settle time no slot is granted until this node has
     /// seen the released entry for that long; the holder itself is not held back, the longer of
     /// the entry's and this node's settle time counts, and the releasing node removes its entry
@@ -457,6 +504,7 @@ mod tests {
                 since,
                 renewed,
                 boot: "b".into(),
+                hold: String::new(),
             });
             let mut seen = Sightings::default();
             assert!(s.clone().reclaim(&mut seen, 50, 3600).is_empty());

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 
-use super::coordinator::LeaseCoordinator;
+use super::coordinator::{Ask, LeaseCoordinator};
 use super::fleetlock::{ClientParams, Coordinator};
 use super::lease::WaitEnd;
 
@@ -124,8 +124,14 @@ impl Follower {
 
     /// Takes a slot and drains (retrying), then reboots.
     pub async fn reboot_for_update(&self) -> anyhow::Result<()> {
+        self.reboot_as(Ask::Updater).await
+    }
+
+    /// As [`Follower::reboot_for_update`], for the updater or an operator
+    /// (`nodectl reboot now`).
+    pub async fn reboot_as(&self, ask: Ask) -> anyhow::Result<()> {
         loop {
-            match self.coordinator.pre_reboot(&self.params).await {
+            match self.coordinator.pre_reboot_as(&self.params, ask).await {
                 Ok(msg) => {
                     if let Some(check) = &self.inhibited {
                         while let Some(who) = check().await {

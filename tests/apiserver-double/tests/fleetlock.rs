@@ -496,6 +496,53 @@ async fn zincati_drives_two_nodes_through_one_slot_with_drain_and_readiness() {
     note(s, &b);
     assert_eq!(n9.coordinator.status().holders.len(), 1);
 
+    // A maintenance hold (nodectl reboot hold): the updater's pre-reboot waits (423 held), a
+    // steady-state keeps it, an operator's reboot takes it over, a release gives it back.
+    api.set_node("n10", true);
+    let maint = Policy {
+        group: "maint".into(),
+        ..Policy::default()
+    };
+    let n10 = endpoint(&api, "n10", "id10", maint).await;
+    let msg = n10.coordinator.hold("disk swap").await.unwrap();
+    assert!(msg.contains("held for maintenance: disk swap"), "{msg}");
+    let p10 = params("id10", "maint");
+    let (s, b) = post(n10.addr, "POST", fleetlock::PRE_REBOOT, true, &p10).await;
+    assert_eq!((s, kind(&b)), (423, "held".into()), "{b}");
+    assert!(b.contains("nodectl reboot release"), "{b}");
+    note(s, &b);
+    assert_eq!(n10.coordinator.status().state, "held");
+    assert_eq!(
+        api.node("n10").unwrap()["spec"]["unschedulable"],
+        serde_json::Value::Null
+    );
+    let (s, b) = post(n10.addr, "POST", fleetlock::STEADY_STATE, true, &p10).await;
+    assert_eq!(s, 200, "{b}");
+    assert!(b.contains("for maintenance: kept"), "{b}");
+    assert_eq!(n10.coordinator.status().holders.len(), 1);
+    let granted = n10
+        .coordinator
+        .pre_reboot_as(
+            &n10.coordinator.params(),
+            nodectl::reboot::coordinator::Ask::Operator { force: false },
+        )
+        .await
+        .unwrap();
+    assert!(granted.starts_with("reboot granted"), "{granted}");
+    let e = n10
+        .coordinator
+        .release_hold()
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("holds no slot of group maint for maintenance"),
+        "{e}"
+    );
+    n10.coordinator.hold("again").await.unwrap();
+    n10.coordinator.release_hold().await.unwrap();
+    assert!(n10.coordinator.status().holders.is_empty());
+
     // The API server unreachable: internal_error.
     api.down();
     let (s, b) = post(n2.addr, "POST", fleetlock::STEADY_STATE, true, &ok2).await;

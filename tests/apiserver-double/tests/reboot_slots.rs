@@ -373,6 +373,7 @@ async fn a_future_dated_frozen_or_skewed_holder_does_not_stop_the_groups_reboots
             since,
             renewed,
             boot: "b".into(),
+            hold: String::new(),
         };
         let sq = squatter.clone();
         as_node("squatter")

@@ -102,6 +102,15 @@ impl LeaseCoordinator {
             return Err(Refusal::new(StatusCode::LOCKED, "not_ready", d));
         }
         let held = lock.read().await.map_err(internal)?;
+        if let Some(reason) = held.hold_of(&self.node) {
+            // (a reboot during maintenance: the hold stays until `nodectl reboot release`)
+            let d = format!("held for maintenance ({reason}): kept");
+            self.set("held", d, &p.group, held.holders.clone());
+            return Ok(format!(
+                "this node holds its slot of group {} for maintenance: kept",
+                p.group
+            ));
+        }
         let abandon = self.policy.abandon_after.as_secs();
         if let Err(left) = held.may_release(&self.node, &self.boot_id, now(), abandon) {
             let d = format!(
