@@ -175,7 +175,7 @@ if [[ " $TIERS " == *" 1 "* ]]; then
 fi
 
 stage=$(mktemp -d /tmp/nodectl-stage.XXXXXX)
-trap 'rm -rf "$stage" "$stage.crash" "$stage.gnupg" ${release_log:-}' EXIT
+trap 'rm -rf "$stage" "$stage.crash" "$stage.nspawn" "$stage.gnupg" ${release_log:-}' EXIT
 echo "$SEED" >"$stage/seed"
 if guests; then
   hdr "build binaries for the guests"
@@ -223,7 +223,13 @@ fi
 if [[ " $TIERS " == *" 2 "* ]]; then
   hdr "tier 2: systemd-nspawn"
   start=$SECONDS
-  bg tests/vm/run-in-nspawn.sh tests/nspawn/suite.sh "$stage"/*
+  # The reboot gates' real Prometheus and node_exporter (Debian's, statically linked but for
+  # libc) and an admin client for the double's pods, for this suite only (not in $stage: the
+  # VM guests do not need them)
+  mkdir -p "$stage.nspawn"
+  cp /usr/bin/prometheus /usr/bin/prometheus-node-exporter tests/nspawn/kube-admin.py "$stage.nspawn/" || {
+    echo "prometheus, prometheus-node-exporter: run tests/vm/setup-host.sh" >&2; exit 1; }
+  bg tests/vm/run-in-nspawn.sh tests/nspawn/suite.sh "$stage"/* "$stage.nspawn"/*
   rc=$?
   echo "(tier 2 suite.sh took $((SECONDS - start)) s)"
   cstart=$SECONDS

@@ -60,6 +60,30 @@ fn is_zero(n: &u64) -> bool {
     *n == 0
 }
 
+/// The longest reason shown after a reboot state.
+const MAX_WHY: usize = 160;
+
+/// A state a gate or a hold explains (`blocked`, `settling`, `held`) with its reason, from the
+/// node's condition message ("node converged; reboot blocked: pods running here: ..."); other
+/// states as they are.
+fn with_why(state: &str, n: &Node) -> String {
+    if !matches!(state, "blocked" | "settling" | "held") {
+        return state.to_string();
+    }
+    let why = n
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == crate::names::CONDITION_TYPE))
+        .and_then(|c| c.message.as_deref())
+        .and_then(|m| m.split_once(&format!("; reboot {state}: ")))
+        .map(|(_, why)| printable(&why.chars().take(MAX_WHY).collect::<String>()));
+    match why {
+        Some(w) if !w.is_empty() => format!("{state}: {w}"),
+        _ => state.to_string(),
+    }
+}
+
 /// The holders of every reboot Lease (by Lease, then when taken), then the nodes that are
 /// rebooting or waiting to without a slot. Leases not named `reboot-*` are left out.
 pub fn rows(leases: &[Lease], nodes: &[Node]) -> Vec<Row> {
@@ -73,6 +97,7 @@ pub fn rows(leases: &[Lease], nodes: &[Node]) -> Vec<Row> {
                 .as_ref()
                 .and_then(|a| a.get(ANNOTATION_REBOOT))
                 .map_or(String::new(), |s| printable(s));
+            let s = with_why(&s, n);
             Some((name, s))
         })
         .collect();
@@ -287,7 +312,15 @@ mod tests {
                 ("w2", r#"{"node":"w1","released":990,"settle":20}"#),
             ],
         )];
-        let rows = rows(&leases, &[node("w1", "idle")]);
+        let mut blocked = node("w1", "blocked");
+        blocked.status = serde_json::from_value(serde_json::json!({"conditions": [
+            {"type": crate::names::CONDITION_TYPE, "status": "True",
+             "message": "node converged; reboot blocked: alerts firing: \u{1b}[2JDiskFull"}]}))
+        .unwrap();
+        let rows = rows(&leases, &[blocked]);
+        // (the node's own row, apart from its released entry, says why it waits)
+        let why = rows.iter().find(|r| r.lease.is_empty()).unwrap();
+        assert_eq!(why.state, "blocked: alerts firing: \\u{1b}[2JDiskFull");
         assert_eq!(rows[0].state, "released (group settles 20 s)");
         assert_eq!((rows[0].since, rows[0].released), (0, 990));
         assert!(rows[0].unreadable.is_empty());

@@ -82,7 +82,7 @@ echo "## sequencing: the bootstrap kubeconfig arrives (inotify); TLS bootstrap a
 install -m 0755 /test/nodectl-apiserver-double /usr/local/bin/
 systemd-run --unit=apiserver-double --property=Type=exec /usr/local/bin/nodectl-apiserver-double \
   --listen 127.0.0.1:6443 --token abcdef.0123456789abcdef --approval after:9 --node worker-1 \
-  --write-bootstrap-kubeconfig /root/bootstrap-kubeconfig >/dev/null
+  --write-bootstrap-kubeconfig /root/bootstrap-kubeconfig --write-admin-kubeconfig /root/admin-kubeconfig >/dev/null
 check "the API double is up" wait_until 10 test -s /root/bootstrap-kubeconfig
 cp /root/bootstrap-kubeconfig /etc/kubernetes/.kubeconfig.tmp && mv /etc/kubernetes/.kubeconfig.tmp /etc/kubernetes/kubeconfig
 check "status says it waits for approval of its request" wait_until 10 sh -c \
@@ -386,6 +386,83 @@ sleep 5
 rm /run/reboot-required
 systemctl restart nodectld.service
 check "after the boot, the operator's slot goes back" wait_until 20 sh -c \
+  'nodectl status --json | jq -e "(.reboot.state == \"idle\") and (.reboot.group == \"workers\") and (.reboot.holders | length == 0)"'
+# issue 41: the gates on nodectld itself: a backup pod on this node (the double's pod list) and
+# an alert of the real Prometheus (Debian's), firing on a textfile metric Debian's node_exporter
+# serves, hold the reboot without a slot; the pod gone, the alert still holds it; the alert
+# resolved, the node reboots (test timers: the follower asks again every 3 s, not every minute)
+mkdir -p /run/systemd/system/nodectld.service.d
+printf '[Service]\nEnvironment=NODECTL_TEST_TIMERS=scale=1/20\n' >/run/systemd/system/nodectld.service.d/50-test-timers.conf
+systemctl daemon-reload
+out=$(python3 /test/kube-admin.py /root/admin-kubeconfig POST /api/v1/namespaces/ops/pods \
+  '{"metadata":{"name":"backup-1","labels":{"app":"backup"}},"spec":{"nodeName":"worker-1"}}' | head -1)
+expect "the administrator creates a backup pod on worker-1" "$out" 201
+mkdir -p /run/textfile /run/prom
+echo 'nodectl_test_hold 1' >/run/textfile/hold.prom
+systemd-run --unit=node-exporter --property=Type=exec /test/prometheus-node-exporter \
+  --web.listen-address=127.0.0.1:9100 --collector.disable-defaults --collector.textfile \
+  --collector.textfile.directory=/run/textfile >/dev/null
+printf 'groups:\n  - name: maintenance\n    interval: 1s\n    rules:\n      - alert: MaintenanceHold\n        expr: nodectl_test_hold > 0\n      - alert: Watchdog\n        expr: vector(1)\n' >/run/prom/rules.yml
+printf 'global: {scrape_interval: 1s, evaluation_interval: 1s}\nrule_files: [rules.yml]\nscrape_configs:\n  - job_name: node\n    static_configs: [{targets: ["127.0.0.1:9100"]}]\n' >/run/prom/prometheus.yml
+systemd-run --unit=prometheus --property=Type=exec /test/prometheus --config.file=/run/prom/prometheus.yml \
+  --storage.tsdb.path=/run/prom/data --web.listen-address=127.0.0.1:9090 >/dev/null
+cat >/run/prom/firing.py <<'PY'
+import json, sys, urllib.request
+a = json.load(urllib.request.urlopen("http://127.0.0.1:9090/api/v1/alerts", timeout=5))
+sys.exit(0 if any(x["labels"].get("alertname") == sys.argv[1] and x["state"] == "firing" for x in a["data"]["alerts"]) else 1)
+PY
+check "Prometheus fires MaintenanceHold on node_exporter's textfile metric" wait_until 60 python3 /run/prom/firing.py MaintenanceHold
+printf '[reboot]\nstrategy = "reboot-required"\nabandon_after_secs = 5\nblock_on_pods = ["app=backup"]\nprometheus_url = "http://127.0.0.1:9090"\nignore_alerts = ["Watchdog"]\n' \
+  >/etc/nodectl/config.d/30-reboot.toml
+systemctl restart nodectld.service
+touch /run/reboot-required
+check "the pod and the alert block the reboot, and no slot is held" wait_until 30 sh -c \
+  'nodectl status --json | jq -e "(.reboot.state == \"blocked\") and (.reboot.detail | contains(\"ops/backup-1 (app=backup)\")) and (.reboot.detail | contains(\"MaintenanceHold\")) and (.reboot.detail | contains(\"Watchdog\") | not) and (.reboot.holders | length == 0)"'
+nodectl status | grep 'Reboots:' | sed 's/^/  | /'
+check "an Event RebootBlocked on the Node names them" wait_until 30 sh -c \
+  'python3 /test/kube-admin.py /root/admin-kubeconfig GET /api/v1/namespaces/default/events | tail -n +2 | jq -e "[.items[] | select(.reason == \"RebootBlocked\" and (.message | contains(\"backup-1\")))] | length >= 1"'
+python3 /test/kube-admin.py /root/admin-kubeconfig DELETE /api/v1/namespaces/ops/pods/backup-1 >/dev/null
+check "the backup gone, the alert still blocks" wait_until 20 sh -c \
+  'nodectl status --json | jq -e "(.reboot.state == \"blocked\") and (.reboot.detail | contains(\"backup-1\") | not) and (.reboot.detail | contains(\"MaintenanceHold\"))"'
+expect "and no reboot was asked for" "$(grep -c reboot /run/fake-logind.log)" 2
+echo 'nodectl_test_hold 0' >/run/textfile/.hold.tmp && mv /run/textfile/.hold.tmp /run/textfile/hold.prom
+check "the alert resolved, the node takes the slot, drains and reboots" wait_until 60 sh -c \
+  '[ "$(grep -c reboot /run/fake-logind.log)" = 3 ]'
+check "while Watchdog still fires (ignored)" python3 /run/prom/firing.py Watchdog
+systemctl stop prometheus.service node-exporter.service
+rm /run/systemd/system/nodectld.service.d/50-test-timers.conf /run/reboot-required
+systemctl daemon-reload
+sleep 5
+systemctl restart nodectld.service
+check "after the boot the slot goes back" wait_until 20 sh -c \
+  'nodectl status --json | jq -e "(.reboot.state == \"idle\") and (.reboot.group == \"workers\") and (.reboot.holders | length == 0)"'
+# issue 41: the group settles after a release (settle_secs = 20): the release stays in the
+# Lease as this node's entry, and the group's next reboot (this node's own here) waits 20 s
+printf '[reboot]\nstrategy = "reboot-required"\nabandon_after_secs = 5\nsettle_secs = 20\n' >/etc/nodectl/config.d/30-reboot.toml
+systemctl restart nodectld.service
+touch /run/reboot-required
+check "a reboot with settle_secs set" wait_until 30 sh -c '[ "$(grep -c reboot /run/fake-logind.log)" = 4 ]'
+sleep 5
+rm /run/reboot-required
+systemctl restart nodectld.service
+check "after the boot the slot goes back" wait_until 20 sh -c \
+  'nodectl status --json | jq -e "(.reboot.state == \"idle\") and (.reboot.group == \"workers\") and (.reboot.holders | length == 0)"'
+released=$SECONDS
+lease() { python3 /test/kube-admin.py /root/admin-kubeconfig GET /apis/coordination.k8s.io/v1/namespaces/nodectl-reboot/leases/reboot-workers | tail -n +2; }
+check "the release stays in the Lease, with its settle time" sh -c \
+  "$(declare -f lease); lease | jq -e '.metadata.annotations[\"worker-1.reboot-holders.nodectl.io/slot\"] | fromjson | .settle == 20'"
+touch /run/reboot-required
+check "the next reboot of the group settles first" wait_until 10 sh -c \
+  'nodectl status --json | jq -e "(.reboot.state == \"settling\") and (.reboot.detail | contains(\"settles after the reboot of worker-1\"))"'
+check "then goes ahead" wait_until 40 sh -c '[ "$(grep -c reboot /run/fake-logind.log)" = 5 ]'
+apart=$((SECONDS - released))
+check "at least 20 s after the release ($apart s)" test "$apart" -ge 20
+check "and the released entry is gone once settled" wait_until 10 sh -c \
+  "$(declare -f lease); ! lease | jq -e '.metadata.annotations[\"worker-1.reboot-holders.nodectl.io/slot\"] | fromjson | has(\"released\")'"
+sleep 5
+rm /run/reboot-required
+systemctl restart nodectld.service
+check "after that boot the slot goes back too" wait_until 20 sh -c \
   'nodectl status --json | jq -e "(.reboot.state == \"idle\") and (.reboot.group == \"workers\") and (.reboot.holders | length == 0)"'
 rm /etc/nodectl/config.d/30-reboot.toml
 systemctl stop fake-logind.service

@@ -329,7 +329,7 @@ async fn follow(
             id,
             group: group.clone(),
         },
-        retry: Duration::from_secs(60),
+        retry: crate::util::timers::scaled(Duration::from_secs(60)),
         reboot: crate::reboot::update_engine::logind_reboot(conn.clone()),
         inhibited: s
             .reboot_policy
@@ -384,7 +384,7 @@ pub(super) async fn operator_verb(
             let follower = crate::reboot::update_engine::Follower {
                 coordinator: c.clone(),
                 params: c.params(),
-                retry: Duration::from_secs(60),
+                retry: crate::util::timers::scaled(Duration::from_secs(60)),
                 reboot: crate::reboot::update_engine::logind_reboot(conn),
                 inhibited: None,
             };

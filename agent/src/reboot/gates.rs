@@ -13,7 +13,7 @@
 
 use std::time::Duration;
 
-use http_body_util::BodyExt;
+use http_body_util::{BodyExt, Limited};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
 use regex::Regex;
@@ -146,35 +146,83 @@ fn blocking_alerts(body: &[u8], a: &Alerts) -> Result<Vec<String>, String> {
 }
 
 impl Alerts {
-    /// GET `<url>/api/v1/alerts` through kube's HTTP stack (hyper, rustls), bounded in time and
-    /// size; the error names the URL and what failed.
+    /// GET `<url>/api/v1/alerts`, bounded in time and size; the error names the URL and what
+    /// failed. Plain http over hyper's client connection (no TLS set up: a node without CA
+    /// certificates still asks a Prometheus on http); https through kube's client (hyper over
+    /// rustls, the node's CA certificates).
     async fn fetch(&self) -> Result<Vec<u8>, String> {
-        let what = |e: &dyn std::fmt::Display| format!("asking {}/api/v1/alerts: {e}", self.url);
-        let uri: hyper::Uri = self.url.parse().map_err(|e| what(&e))?;
-        let mut cfg = kube::Config::new(uri);
-        cfg.connect_timeout = Some(ALERTS_TIMEOUT);
-        cfg.read_timeout = Some(ALERTS_TIMEOUT);
-        cfg.default_retry = false;
-        let client = kube::Client::try_from(cfg).map_err(|e| what(&e))?;
-        let req = hyper::Request::get("/api/v1/alerts")
-            .header("accept", "application/json")
-            .body(kube::client::Body::empty())
-            .map_err(|e| what(&e))?;
+        let full = format!("{}/api/v1/alerts", self.url);
+        let what = |e: &dyn std::fmt::Display| format!("asking {full}: {e}");
+        let uri: hyper::Uri = full.parse().map_err(|e| what(&e))?;
         let ask = async {
-            let resp = client.send(req).await.map_err(|e| what(&e))?;
-            if !resp.status().is_success() {
-                return Err(what(&format!("HTTP {}", resp.status())));
+            let (status, body) = if uri.scheme_str() == Some("http") {
+                let resp = plain_get(&uri).await.map_err(|e| what(&e))?;
+                (
+                    resp.status(),
+                    Limited::new(resp.into_body(), MAX_ALERTS_BYTES)
+                        .collect()
+                        .await,
+                )
+            } else {
+                let resp = tls_get(&self.url).await.map_err(|e| what(&e))?;
+                (
+                    resp.status(),
+                    Limited::new(resp.into_body(), MAX_ALERTS_BYTES)
+                        .collect()
+                        .await,
+                )
+            };
+            if !status.is_success() {
+                return Err(what(&format!("HTTP {status}")));
             }
-            let body = http_body_util::Limited::new(resp.into_body(), MAX_ALERTS_BYTES)
-                .collect()
-                .await
-                .map_err(|e| what(&e))?;
-            Ok(body.to_bytes().to_vec())
+            Ok(body.map_err(|e| what(&e))?.to_bytes().to_vec())
         };
-        tokio::time::timeout(ALERTS_TIMEOUT * 2, ask)
+        tokio::time::timeout(ALERTS_TIMEOUT, ask)
             .await
             .map_err(|_| what(&"no answer in time"))?
     }
+}
+
+/// One GET over a new plain TCP connection (HTTP/1.1).
+async fn plain_get(
+    uri: &hyper::Uri,
+) -> Result<hyper::Response<hyper::body::Incoming>, Box<dyn std::error::Error + Send + Sync>> {
+    let host = uri.host().ok_or("no host")?;
+    let port = uri.port_u16().unwrap_or(80);
+    let tcp = tokio::net::TcpStream::connect((host.trim_matches(['[', ']']), port)).await?;
+    let (mut send, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tcp)).await?;
+    tokio::spawn(conn);
+    let path = uri.path_and_query().map_or("/", |p| p.as_str());
+    let req = hyper::Request::get(path)
+        .header(
+            hyper::header::HOST,
+            uri.authority().map_or("", |a| a.as_str()),
+        )
+        .header(hyper::header::ACCEPT, "application/json")
+        .header(
+            hyper::header::USER_AGENT,
+            concat!("nodectld/", env!("CARGO_PKG_VERSION")),
+        )
+        .body(http_body_util::Empty::<bytes::Bytes>::new())?;
+    Ok(send.send_request(req).await?)
+}
+
+/// One GET through kube's client for `base` (https).
+async fn tls_get(base: &str) -> Result<hyper::Response<kube::client::Body>, kube::Error> {
+    let uri: hyper::Uri = base
+        .parse()
+        .map_err(|e: hyper::http::uri::InvalidUri| kube::Error::Service(e.into()))?;
+    let mut cfg = kube::Config::new(uri);
+    cfg.connect_timeout = Some(ALERTS_TIMEOUT);
+    cfg.read_timeout = Some(ALERTS_TIMEOUT);
+    cfg.default_retry = false;
+    let client = kube::Client::try_from(cfg)?;
+    let req = hyper::Request::get("/api/v1/alerts")
+        .header(hyper::header::ACCEPT, "application/json")
+        .body(kube::client::Body::empty())
+        .map_err(|e| kube::Error::Service(e.into()))?;
+    client.send(req).await
 }
 
 impl Gates {

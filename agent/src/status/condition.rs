@@ -88,7 +88,7 @@ pub fn condition(st: &Status) -> Condition {
         let message = match st
             .reboot
             .as_ref()
-            .filter(|r| matches!(r.state.as_str(), "blocked" | "settling"))
+            .filter(|r| matches!(r.state.as_str(), "blocked" | "settling" | "held"))
         {
             Some(r) => cut(&format!("node converged; reboot {}: {}", r.state, r.detail)),
             None => "node converged".into(),

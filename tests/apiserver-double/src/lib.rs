@@ -51,6 +51,7 @@ mod events;
 mod faults;
 mod nodes;
 mod paging;
+mod pods;
 
 pub use faults::Fault;
 
@@ -841,6 +842,10 @@ async fn route(inner: Arc<Inner>, user: User, req: Req) -> Response<Body> {
         st.user_agents.insert(agent);
     }
     let query = query_of(&req);
+    let req = match pods::route(&inner, &user, req).await {
+        Ok(answer) => return answer,
+        Err(req) => req,
+    };
     match (req.method().clone(), path.as_str()) {
         (Method::POST, "/apis/authentication.k8s.io/v1/selfsubjectreviews") => reply(
             StatusCode::CREATED,

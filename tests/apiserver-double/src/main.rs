@@ -35,6 +35,9 @@ struct Args {
     /// Write a bootstrap kubeconfig (first token) here once listening.
     #[arg(long)]
     write_bootstrap_kubeconfig: Option<std::path::PathBuf>,
+    /// Write a cluster administrator's kubeconfig (`system:masters`) here once listening.
+    #[arg(long)]
+    write_admin_kubeconfig: Option<std::path::PathBuf>,
     /// Serve without `packaging/kubernetes/reboot-lease-policy.yaml`'s admission policy (as a
     /// cluster before 1.30, or one that did not apply it). By default it is enforced, as on a
     /// cluster that installed nodectl's manifests: a node adds, changes or removes only its
@@ -91,6 +94,12 @@ async fn main() -> anyhow::Result<()> {
         let tmp = p.with_extension("tmp");
         std::fs::write(&tmp, double.bootstrap_kubeconfig(&args.tokens[0]))
             .with_context(|| tmp.display().to_string())?;
+        std::fs::rename(&tmp, p).with_context(|| p.display().to_string())?;
+    }
+    if let Some(p) = &args.write_admin_kubeconfig {
+        let kc = double.client_kubeconfig("kubernetes-admin", &["system:masters"])?;
+        let tmp = p.with_extension("tmp");
+        std::fs::write(&tmp, kc).with_context(|| tmp.display().to_string())?;
         std::fs::rename(&tmp, p).with_context(|| p.display().to_string())?;
     }
     println!("listening on {}", double.url());
