@@ -342,6 +342,8 @@ impl Client {
             prop("ExecStart", Value::from(exec))?,
             prop("Environment", Value::from(env.to_vec()))?,
             prop("TimeoutStartUSec", Value::from(timeout.as_micros() as u64))?,
+            // (killed for good soon after its timeout, not after systemd's default 90 s)
+            prop("TimeoutStopUSec", Value::from(10_000_000u64))?,
             prop("CollectMode", Value::from("inactive-or-failed"))?,
         ];
         self.counters.start.fetch_add(1, Ordering::Relaxed);

@@ -60,7 +60,10 @@ pub(super) async fn follow_settings(
         shared.reboot_deferred.store(false, Ordering::SeqCst);
         r.task.abort();
         let _ = r.task.await;
-        *shared.reboot.lock().expect("reboot") = None;
+        if let Some(c) = shared.reboot.lock().expect("reboot").take() {
+            // (an operator's reboot waiting on the old settings ends with them)
+            c.cancel_operator_reboot();
+        }
         super::metrics::write(root, shared).await;
     }
     match start(root, s, systemd, shared).await {
@@ -96,6 +99,7 @@ fn policy(p: &RebootPolicy) -> anyhow::Result<Policy> {
         time_zone: p.time_zone.clone(),
         group: p.group.clone(),
         abandon_after: Duration::from_secs(p.abandon_after_secs),
+        wait_for_inhibitors: p.wait_for_inhibitors,
         gates,
         settle: Duration::from_secs(p.gates.settle_secs),
         checks: crate::reboot::commands::Checks {
@@ -179,6 +183,10 @@ async fn start(
         }));
     }
     c.set_command_runner(crate::reboot::commands::systemd_runner(systemd.clone()));
+    {
+        let c = c.clone();
+        tokio::spawn(async move { c.recover_hold().await });
+    }
     if s.reboot_policy.gates.settle_secs > 0 {
         // a released entry of this node's, left by a nodectld stopped during the settle time
         c.tidy_release(&s.reboot_policy.group);
@@ -370,14 +378,17 @@ pub(super) async fn operator_verb(
     use crate::dbus::RebootVerb;
     use crate::reboot::coordinator::Ask;
     match verb {
-        RebootVerb::Hold(reason) => c.hold(&reason).await.map_err(|e| e.to_string()),
-        RebootVerb::Release => c.release_hold().await.map_err(|e| e.to_string()),
-        RebootVerb::Now { force } => {
-            if c.operator_reboot.swap(true, Ordering::SeqCst) {
-                return Err(
-                    "a reboot asked by an operator is already under way (nodectl status)".into(),
+        RebootVerb::Hold(reason) => {
+            // (a hold stops an operator's reboot that has not happened yet)
+            if c.cancel_operator_reboot() {
+                tracing::warn!(
+                    "the reboot asked by an operator is cancelled by a maintenance hold"
                 );
             }
+            c.hold(&reason).await.map_err(|e| e.to_string())
+        }
+        RebootVerb::Release => c.release_hold().await.map_err(|e| e.to_string()),
+        RebootVerb::Now { force } => {
             let conn = zbus::Connection::system()
                 .await
                 .map_err(|e| format!("connecting to the system bus for logind: {e}"))?;
@@ -385,17 +396,19 @@ pub(super) async fn operator_verb(
                 coordinator: c.clone(),
                 params: c.params(),
                 retry: crate::util::timers::scaled(Duration::from_secs(60)),
-                reboot: crate::reboot::update_engine::logind_reboot(conn),
-                inhibited: None,
+                reboot: crate::reboot::update_engine::logind_reboot(conn.clone()),
+                inhibited: (c.waits_for_inhibitors() && !force)
+                    .then(|| crate::reboot::update_engine::logind_inhibitors(conn)),
             };
-            tracing::warn!(force, "a reboot asked by an operator (nodectl reboot now)");
-            tokio::spawn(async move {
-                // (once logind took the reboot the machine goes down: asking again is refused)
-                if let Err(e) = follower.reboot_as(Ask::Operator { force }).await {
-                    tracing::error!("the reboot asked by an operator failed: {e:#}");
-                    c.operator_reboot.store(false, Ordering::SeqCst);
+            c.start_operator_reboot(force, async move {
+                match follower.reboot_as(Ask::Operator { force }).await {
+                    // logind took it: the machine goes down, and the reboot stays "under way"
+                    // (a second one is refused) until it does
+                    Ok(()) => std::future::pending::<()>().await,
+                    Err(e) => tracing::error!("the reboot asked by an operator failed: {e:#}"),
                 }
-            });
+            })?;
+            tracing::warn!(force, "a reboot asked by an operator (nodectl reboot now)");
             Ok(format!(
                 "reboot requested{}: the slot, the drain, then logind (nodectl status follows it)",
                 if force {

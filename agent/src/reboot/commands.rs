@@ -1,5 +1,5 @@
 //! The operator's checks around a reboot (`reboot.pre_commands`, `reboot.post_commands`): each
-//! command runs as a transient service of its own (`nodectl-pre-reboot-1.service`, ...), as
+//! command runs as a transient service of its own (`nodectl-pre-reboot-1-<ms>.service`, ...), as
 //! `systemd-run --wait` runs one: outside nodectld's sandbox, its output in the journal under
 //! its unit, killed by systemd after `reboot.command_timeout_secs`. One after another; the
 //! first that fails ends the run. kured's and FLUO's before/after-reboot hooks are other
@@ -58,7 +58,7 @@ impl Checks {
     }
 }
 
-/// Runs the commands of `phase` in order, each as `nodectl-<phase>-<n>.service` with
+/// Runs the commands of `phase` in order, each as `nodectl-<phase>-<n>-<ms>.service` with
 /// `NODECTL_REBOOT_PHASE`, `NODECTL_NODE` and `NODECTL_REBOOT_GROUP` set; the first failure
 /// ends the run and says which command (its program, never its arguments) and why.
 pub async fn run(
@@ -73,8 +73,14 @@ pub async fn run(
         format!("NODECTL_NODE={node}"),
         format!("NODECTL_REBOOT_GROUP={group}"),
     ];
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_millis();
     for (i, argv) in checks.of(phase).iter().enumerate() {
-        let unit = format!("nodectl-{}-{}.service", phase.name(), i + 1);
+        // (a name of its own per run: one still stopping after a timeout, or left running by a
+        // request that went away, never makes the next run fail as "already exists")
+        let unit = format!("nodectl-{}-{}-{stamp}.service", phase.name(), i + 1);
         let program = argv.first().cloned().unwrap_or_default();
         tracing::info!(unit = %unit, "{} check {}: running {program} as {unit}", phase.name(), i + 1);
         runner(unit.clone(), argv.clone(), env.clone(), checks.timeout)
@@ -133,13 +139,15 @@ mod tests {
         let e = run(&runner, &checks, Phase::PreReboot, "w1", "workers")
             .await
             .unwrap_err();
-        assert_eq!(
-            e,
-            "pre-reboot check 2 (/bin/false) failed: job run finished with result 'failed' (journalctl -u nodectl-pre-reboot-2.service)"
-        );
         let ran = ran.lock().unwrap().clone();
         assert_eq!(ran.len(), 2, "stopped at the first failure");
-        assert_eq!(ran[0].0, "nodectl-pre-reboot-1.service");
+        let stamp = ran[0].0.strip_prefix("nodectl-pre-reboot-1-").unwrap();
+        assert!(stamp.ends_with(".service"), "{}", ran[0].0);
+        assert_eq!(ran[1].0, format!("nodectl-pre-reboot-2-{stamp}"));
+        assert_eq!(
+            e,
+            format!("pre-reboot check 2 (/bin/false) failed: job run finished with result 'failed' (journalctl -u nodectl-pre-reboot-2-{stamp})")
+        );
         assert_eq!(
             ran[0].2,
             [

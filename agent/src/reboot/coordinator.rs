@@ -61,6 +61,9 @@ pub struct Policy {
     pub checks: super::commands::Checks,
     /// After failed pre-reboot checks, no new try for this long (doubling, at most an hour).
     pub check_backoff: Duration,
+    /// `reboot.wait_for_inhibitors`: an operator's reboot (not forced) waits for logind's
+    /// shutdown inhibitors as an update's does.
+    pub wait_for_inhibitors: bool,
 }
 
 impl Default for Policy {
@@ -79,6 +82,7 @@ impl Default for Policy {
             settle: Duration::ZERO,
             checks: super::commands::Checks::default(),
             check_backoff: Duration::from_secs(60),
+            wait_for_inhibitors: false,
         }
     }
 }
@@ -156,8 +160,10 @@ pub struct LeaseCoordinator {
     blocked: Mutex<String>,
     /// The pre- and post-reboot checks' runner and what they know.
     checks: checks::CheckState,
-    /// An operator's reboot (`nodectl reboot now`) is under way.
-    pub operator_reboot: std::sync::atomic::AtomicBool,
+    /// One pre-reboot at a time.
+    pre_lock: tokio::sync::Mutex<()>,
+    /// An operator's reboot (`nodectl reboot now`) under way, and whether it is forced.
+    pub(crate) operator_reboot: Mutex<Option<(tokio::task::JoinHandle<()>, bool)>>,
 }
 
 fn now() -> u64 {
@@ -202,6 +208,7 @@ impl LeaseCoordinator {
             clock: std::time::Instant::now(),
             blocked: Mutex::default(),
             checks: checks::CheckState::default(),
+            pre_lock: Default::default(),
             operator_reboot: Default::default(),
         }
     }
@@ -292,15 +299,21 @@ impl LeaseCoordinator {
     /// slot itself).
     pub async fn pre_reboot_as(&self, p: &ClientParams, ask: Ask) -> Result<String, Refusal> {
         self.ours(p)?;
+        // One at a time (Zincati asking again, an operator's reboot beside an update's): a
+        // second asker sees what the first did (a slot taken, checks failed and backing off).
+        let _one = self.pre_lock.lock().await;
         let force = ask == Ask::Operator { force: true };
         let (client, drainer) = self.client().await?;
         if let Some(r) = self.pre_backoff().filter(|_| !force) {
             return Err(r);
         }
         let lock = LeaseLock::new(client.clone(), &self.policy.namespace, &p.group);
-        let slots = self.take_slot(p, &lock, &client, force).await?;
+        let (slots, taken) = self.take_slot(p, &lock, &client, force).await?;
         let slots = self.held_for_maintenance(p, &lock, slots, ask).await?;
-        if !force {
+        // The checks run when the slot is taken: nothing is cordoned yet, so a failure gives
+        // it back clean (a slot kept from before, e.g. across a nodectld restart mid-drain or
+        // from a maintenance hold, was past them or is the operator's).
+        if taken && !force {
             self.pre_checks(p, &lock, &slots).await?;
         }
         self.drain(p, slots, &drainer).await
@@ -335,7 +348,7 @@ impl LeaseCoordinator {
         lock: &LeaseLock,
         client: &kube::Client,
         force: bool,
-    ) -> Result<Slots, Refusal> {
+    ) -> Result<(Slots, bool), Refusal> {
         let current = lock.read().await.map_err(internal)?;
         // Outside the reboot windows no new slot is taken (a holder keeps going: a node half
         // drained is not left cordoned until the next window).
@@ -403,7 +416,7 @@ impl LeaseCoordinator {
             r.retry_after = Some(Duration::from_secs(*left));
             return Err(r);
         }
-        Ok(slots)
+        Ok((slots, got == Acquire::Obtained))
     }
 
     /// Cordons and evicts; grants the reboot once drained or once the drain timeout since the

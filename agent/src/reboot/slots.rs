@@ -421,9 +421,8 @@ mod tests {
     }
 
     /// Issue 41: after a release with a settle time no slot is granted until this node has
-    /// seen the released entry for that long; the holder itself is not held back, the longer of
-    /// the entry's and this node's settle time counts, and the releasing node removes its entry
-    /// once settled.
+    /// seen the released entry for more than that long (the entry's own settle time, at most a
+    /// day); a node taking a slot again replaces its own released entry, which it may remove.
     #[test]
     fn the_group_settles_after_a_release_by_this_nodes_clock() {
         let mut s = Slots::default();

@@ -23,9 +23,8 @@ const MAX_BACKOFF: Duration = Duration::from_secs(3600);
 pub(super) struct CheckState {
     /// Runs a command as a transient unit (set by the daemon: systemd over D-Bus).
     pub(super) runner: Mutex<Option<RunCommand>>,
-    /// The grant (its holder's `since`) the pre-reboot checks passed for.
-    passed_for: Mutex<Option<u64>>,
-    /// One run of checks at a time (Zincati may ask again while they run).
+    /// One run of post-reboot checks at a time (Zincati may ask again while they run; the
+    /// pre-reboot ones run under the coordinator's pre-reboot lock).
     running: tokio::sync::Mutex<()>,
     /// Pre-reboot checks failed this many times in a row; no new try before the instant.
     failures: Mutex<(u32, Option<Instant>)>,
@@ -62,7 +61,7 @@ impl LeaseCoordinator {
         Some(r)
     }
 
-    /// Runs the pre-reboot checks once per grant (the slot is held, nothing drained yet); a
+    /// Runs the pre-reboot checks for a slot just taken (nothing cordoned or drained yet); a
     /// failure gives the slot back and backs off.
     pub(super) async fn pre_checks(
         &self,
@@ -74,21 +73,14 @@ impl LeaseCoordinator {
         if checks.pre.is_empty() {
             return Ok(());
         }
-        let since = slots
-            .holders
-            .iter()
-            .find(|h| h.node == self.node)
-            .map_or(0, |h| h.since);
-        let _one = self.checks.running.lock().await;
-        if *self.checks.passed_for.lock().expect("passed") == Some(since) {
-            return Ok(());
-        }
-        let runner = self.runner()?;
         let d = format!("running {} pre-reboot check(s)", checks.pre.len());
         self.set("checking", d, &p.group, slots.holders.clone());
-        let ran = commands::run(&runner, checks, Phase::PreReboot, &self.node, &p.group).await;
+        // (nothing to run them is a failure too: the slot is not kept unchecked)
+        let ran = match self.runner() {
+            Ok(r) => commands::run(&r, checks, Phase::PreReboot, &self.node, &p.group).await,
+            Err(r) => Err(r.value),
+        };
         let Err(e) = ran else {
-            *self.checks.passed_for.lock().expect("passed") = Some(since);
             *self.checks.failures.lock().expect("failures") = (0, None);
             return Ok(());
         };

@@ -30,7 +30,7 @@ impl LeaseCoordinator {
                 message_id = crate::logging::ids::REBOOT_BLOCKED,
                 gate = b.gate,
                 group = %group,
-                "reboot blocked (no slot of group {group} taken): {detail}"
+                "reboot of group {group} blocked: {detail}"
             ),
             None => tracing::info!(group = %group, "the reboot gates are open again"),
         }
@@ -103,7 +103,9 @@ impl LeaseCoordinator {
         }
         let held = lock.read().await.map_err(internal)?;
         if let Some(reason) = held.hold_of(&self.node) {
-            // (a reboot during maintenance: the hold stays until `nodectl reboot release`)
+            // (a reboot during maintenance: the hold stays until `nodectl reboot release`; the
+            // node back and Ready takes pods again, as after any reboot)
+            drainer.cordon(false).await.map_err(internal)?;
             let d = format!("held for maintenance ({reason}): kept");
             self.set("held", d, &p.group, held.holders.clone());
             return Ok(format!(

@@ -102,10 +102,63 @@ impl LeaseCoordinator {
         ))
     }
 
+    /// Starts an operator's reboot (`run`, the follower's loop) unless one is under way: a
+    /// forced one replaces one that waits unforced; a second of the same kind is refused.
+    pub fn start_operator_reboot(
+        &self,
+        force: bool,
+        run: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> Result<(), String> {
+        let mut cur = self.operator_reboot.lock().expect("operator reboot");
+        if let Some((task, forced)) = cur.as_ref().filter(|(t, _)| !t.is_finished()) {
+            if *forced || !force {
+                return Err(
+                    "a reboot asked by an operator is already under way (nodectl status)".into(),
+                );
+            }
+            task.abort();
+        }
+        *cur = Some((tokio::spawn(run), force));
+        Ok(())
+    }
+
+    /// Ends an operator's reboot that has not rebooted yet (a hold, new settings); true when
+    /// there was one.
+    pub fn cancel_operator_reboot(&self) -> bool {
+        match self.operator_reboot.lock().expect("operator reboot").take() {
+            Some((task, _)) if !task.is_finished() => {
+                task.abort();
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// At the start of the coordination: a maintenance hold of this node's in the Lease is
+    /// its state (`held`: settings changes wait for it, `nodectl reboot release` finds it).
+    pub async fn recover_hold(&self) {
+        let p = self.params();
+        let Ok((client, _)) = self.client().await else {
+            return;
+        };
+        let lock = LeaseLock::new(client, &self.policy.namespace, &p.group);
+        if let Ok(slots) = lock.read().await {
+            if let Some(reason) = slots.hold_of(&self.node).map(str::to_string) {
+                let d = format!("held for maintenance: {reason}");
+                self.set("held", d, &p.group, slots.holders);
+            }
+        }
+    }
+
+    /// Whether an operator's reboot (not forced) waits for logind's shutdown inhibitors.
+    pub fn waits_for_inhibitors(&self) -> bool {
+        self.policy.wait_for_inhibitors
+    }
+
     /// `nodectl reboot release`: gives back this node's maintenance hold (its slot).
     pub async fn release_hold(&self) -> Result<String, ReleaseError> {
         let p = self.params();
-        let (client, _) = self.client().await.map_err(|r| ReleaseError(r.value))?;
+        let (client, drainer) = self.client().await.map_err(|r| ReleaseError(r.value))?;
         let lock = LeaseLock::new(client, &self.policy.namespace, &p.group);
         let (r, slots) = lock
             .modify(|s| {
@@ -122,6 +175,10 @@ impl LeaseCoordinator {
                 "this node holds no slot of group {} for maintenance",
                 p.group
             )));
+        }
+        // (only a cordon nodectld made: one left by a reboot that met the hold)
+        if let Err(e) = drainer.cordon(false).await {
+            tracing::warn!("uncordoning after the maintenance hold: {e}");
         }
         tracing::warn!(group = %p.group, "maintenance hold released (nodectl reboot release)");
         self.set("idle", String::new(), &p.group, slots.holders);
