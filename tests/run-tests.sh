@@ -209,6 +209,7 @@ if guests; then
   strip -o "$stage/cut-at" target/debug/cut-at
   strip -o "$stage/zincati-id" target/debug/zincati-id
   strip -o "$stage/fake-logind" target/debug/fake-logind
+  strip -o "$stage/fake-update-engine" target/debug/fake-update-engine
   strip -o "$stage/cri-run" target/debug/cri-run
   strip -o "$stage/nodectl-apiserver-double" target/debug/nodectl-apiserver-double
   cp tests/lib/check.sh tests/vm/suites/*.sh tests/bench/bench.sh packaging/systemd/nodectld.service packaging/systemd/nodectld.socket \

@@ -17,12 +17,13 @@ use nodectl::reboot::lease::LeaseLock;
 use nodectl::reboot::update_engine::{logind_reboot, Follower, NEED_REBOOT};
 use nodectl_apiserver_double::{Double, Options, PodKind};
 
-struct FakeUpdateEngine;
+/// update_engine answering `GetStatus` with this current operation.
+struct FakeUpdateEngine(&'static str);
 
 #[zbus::interface(name = "com.coreos.update1.Manager")]
 impl FakeUpdateEngine {
     fn get_status(&self) -> (i64, f64, String, String, i64) {
-        (0, 0.0, "UPDATE_STATUS_IDLE".into(), String::new(), 0)
+        (0, 0.0, self.0.into(), String::new(), 0)
     }
 }
 
@@ -75,7 +76,10 @@ async fn an_update_waiting_for_reboot_takes_a_slot_drains_and_reboots_through_lo
     let service = zbus::connection::Builder::address(bus.address.as_str())
         .name("com.coreos.update1")
         .name("org.freedesktop.login1")
-        .serve_at("/com/coreos/update1", FakeUpdateEngine)
+        .serve_at(
+            "/com/coreos/update1",
+            FakeUpdateEngine("UPDATE_STATUS_IDLE"),
+        )
         .serve_at("/org/freedesktop/login1", FakeLogind(reboots.clone()))
         .build()
         .await
@@ -97,20 +101,8 @@ async fn an_update_waiting_for_reboot_takes_a_slot_drains_and_reboots_through_lo
         .unwrap();
 
     let coordinator = flatcar_1(&api, None).await;
-    let agent_conn = zbus::connection::Builder::address(bus.address.as_str())
-        .build()
-        .await
-        .unwrap();
-    let follower = Arc::new(Follower {
-        coordinator: coordinator.clone(),
-        params: ClientParams {
-            id: "flatcar-1".into(),
-            group: "default".into(),
-        },
-        retry: Duration::from_millis(100),
-        reboot: logind_reboot(agent_conn.clone()),
-        inhibited: None,
-    });
+    let (follower, agent_conn) = flatcar_1_follower(&bus.address, &coordinator).await;
+    let follower = Arc::new(follower);
     let f = follower.clone();
     let conn = agent_conn.clone();
     let run = tokio::spawn(async move { f.run(&conn).await });
@@ -160,19 +152,15 @@ async fn an_update_waiting_for_reboot_takes_a_slot_drains_and_reboots_through_lo
     let before = reads();
     tokio::time::sleep(Duration::from_millis(600)).await;
     assert_eq!(reads(), before, "the Lease read again while waiting");
+    // update_engine says it again at each of its update checks while the update waits
+    // (update_attempter.cc: a check in UPDATED_NEED_REBOOT broadcasts its status): more signals
+    // than a signal stream queues (64) must not stop the connection logind is called on.
+    for _ in 0..100 {
+        status_update(&service, &(2i64, 1.0f64, NEED_REBOOT, "4152.2.0", 123i64)).await;
+    }
     // The other node is back: the slot frees, nodectl takes it, drains, reboots.
     other.modify(|s| s.release("flatcar-2")).await.unwrap();
-    tokio::time::timeout(Duration::from_secs(10), run)
-        .await
-        .expect("rebooted within 10 s")
-        .unwrap()
-        .unwrap();
-    assert_eq!(
-        reboots.load(Ordering::SeqCst),
-        1,
-        "logind's Reboot called once"
-    );
-    assert_eq!(coordinator.status().state, "rebooting");
+    rebooted_once(run, &reboots, &coordinator).await;
     assert!(api.pods_on("flatcar-1").is_empty(), "drained");
     assert_eq!(
         api.node("flatcar-1").unwrap()["spec"]["unschedulable"],
@@ -311,6 +299,97 @@ async fn a_fleet_waiting_for_a_slot_watches_it_and_one_node_takes_it_when_freed(
     for r in runs {
         r.abort();
     }
+}
+
+/// update_engine may start after nodectld, and a restarted update_engine with an update installed
+/// says so by its status only (flatcar/update_engine update_attempter.cc: `UpdateAttempter`
+/// starts in UPDATED_NEED_REBOOT when its completed-update marker exists, with no signal): the
+/// follower asks its status whenever it comes on the bus.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn update_engine_coming_on_the_bus_with_an_update_installed_is_asked_and_the_node_reboots() {
+    let bus = common::Bus::start();
+    let reboots = Arc::new(AtomicU32::new(0));
+    let _logind = zbus::connection::Builder::address(bus.address.as_str())
+        .name("org.freedesktop.login1")
+        .serve_at("/org/freedesktop/login1", FakeLogind(reboots.clone()))
+        .build()
+        .await
+        .unwrap();
+    let api = Double::start(Options::default()).await.unwrap();
+    api.set_node("flatcar-1", true);
+    let coordinator = flatcar_1(&api, None).await;
+    let run = tokio::spawn(follow(bus.address.clone(), coordinator.clone()));
+    // Not on the bus: the follower waits for it (it used to end at the unanswered GetStatus).
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        !run.is_finished(),
+        "the follower ended without update_engine"
+    );
+    // update_engine comes up idle, goes away, and comes back with an update installed.
+    let service = |op| {
+        zbus::connection::Builder::address(bus.address.as_str())
+            .name("com.coreos.update1")
+            .serve_at("/com/coreos/update1", FakeUpdateEngine(op))
+            .build()
+    };
+    let idle = service("UPDATE_STATUS_IDLE").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        reboots.load(Ordering::SeqCst),
+        0,
+        "rebooted for an idle update_engine"
+    );
+    idle.close().await.unwrap();
+    let _installed = service(NEED_REBOOT).await.unwrap();
+    rebooted_once(run, &reboots, &coordinator).await;
+}
+
+/// flatcar-1's follower of update_engine (group `default`, retry 100 ms) on the bus at `address`,
+/// and its connection.
+async fn flatcar_1_follower(
+    address: &str,
+    coordinator: &Arc<LeaseCoordinator>,
+) -> (Follower, zbus::Connection) {
+    let conn = zbus::connection::Builder::address(address)
+        .build()
+        .await
+        .unwrap();
+    let follower = Follower {
+        coordinator: coordinator.clone(),
+        params: ClientParams {
+            id: "flatcar-1".into(),
+            group: "default".into(),
+        },
+        retry: Duration::from_millis(100),
+        reboot: logind_reboot(conn.clone()),
+        inhibited: None,
+    };
+    (follower, conn)
+}
+
+/// [`flatcar_1_follower`] run until it rebooted (or failed).
+async fn follow(address: String, coordinator: Arc<LeaseCoordinator>) -> anyhow::Result<()> {
+    let (follower, conn) = flatcar_1_follower(&address, &coordinator).await;
+    follower.run(&conn).await
+}
+
+/// The follower's task ends within 10 s having asked logind to reboot once, in state `rebooting`.
+async fn rebooted_once(
+    run: tokio::task::JoinHandle<anyhow::Result<()>>,
+    reboots: &AtomicU32,
+    coordinator: &LeaseCoordinator,
+) {
+    tokio::time::timeout(Duration::from_secs(10), run)
+        .await
+        .expect("rebooted within 10 s")
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        reboots.load(Ordering::SeqCst),
+        1,
+        "logind's Reboot called once"
+    );
+    assert_eq!(coordinator.status().state, "rebooting");
 }
 
 /// update_engine's `StatusUpdate` signal (path, interface and member as the real service sends

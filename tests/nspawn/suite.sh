@@ -330,7 +330,7 @@ nodectl status | grep 'Reboots:' | sed 's/^/  | /'
 check "it ran as a unit of its own, nodectl-pre-reboot-1-<ms>.service (systemd's journal of it)" sh -c \
   'grep -qx ran /run/pre-check.log && journalctl -u "nodectl-pre-reboot-1-*" -o cat | grep -q "status=3"'
 check "the journal line carries the blocked MESSAGE_ID and the check's gate" sh -c \
-  'journalctl -u nodectld.service -o json MESSAGE_ID=be6f708192a3446b9c37e8f90a1b2cd5 | jq -e "select(.GATE == \"pre-reboot\")" >/dev/null'
+  'journalctl -u nodectld.service -o json MESSAGE_ID=be6f708192a3446b9c37e8f90a1b2cd5 | jq -e -s "map(select(.GATE == \"pre-reboot\")) | length > 0" >/dev/null'
 expect "the node is not cordoned (its Node, as the API double has it)" \
   "$(python3 /test/kube-admin.py /root/admin-kubeconfig GET /api/v1/nodes/worker-1 | tail -n +2 | jq -r '.spec.unschedulable // false')" false
 check "and no reboot was asked for" test ! -s /run/fake-logind.log
@@ -437,12 +437,98 @@ sleep 5
 systemctl restart nodectld.service
 check "after the boot the slot goes back" wait_until 20 sh -c \
   'nodectl status --json | jq -e "(.reboot.state == \"idle\") and (.reboot.group == \"workers\") and (.reboot.holders | length == 0)"'
+echo "## update_engine (Flatcar): UPDATED_NEED_REBOOT takes a slot, drains, reboots through logind; the slot back once Ready"
+# fake-update-engine (tests/testkit) owns com.coreos.update1 as Flatcar's update_engine does:
+# its interface, its status strings, a signal at each change; its bus policy as
+# flatcar/update_engine's com.coreos.update1.conf (root owns and calls, everyone else denied);
+# run as its update-engine.service (Type=dbus, BusName=com.coreos.update1). Started after
+# nodectld here: on Flatcar nothing orders them.
+cat >/etc/dbus-1/system.d/com.coreos.update1.conf <<'POLICY'
+<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-BUS Bus Configuration 1.0//EN"
+ "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+<busconfig>
+  <policy user="root">
+    <allow own="com.coreos.update1"/>
+    <allow send_destination="com.coreos.update1"/>
+  </policy>
+  <policy user="core">
+    <allow send_destination="com.coreos.update1" send_interface="com.coreos.update1.Manager" send_member="AttemptUpdate"/>
+    <allow send_destination="com.coreos.update1" send_interface="com.coreos.update1.Manager" send_member="ResetStatus"/>
+    <allow send_destination="com.coreos.update1" send_interface="com.coreos.update1.Manager" send_member="GetStatus"/>
+  </policy>
+  <policy context="default">
+    <deny send_destination="com.coreos.update1"/>
+  </policy>
+</busconfig>
+POLICY
+busctl call org.freedesktop.DBus /org/freedesktop/DBus org.freedesktop.DBus ReloadConfig
+rm -f /var/run/update_engine_autoupdate_completed
+# (its periodic update check, 45 minutes on Flatcar, every 200 ms: NEED_REBOOT said again and again)
+update_engine() { systemd-run --collect --unit=update-engine --property=Type=dbus --property=BusName=com.coreos.update1 \
+  /test/fake-update-engine 3975.2.1 200 >/dev/null; }
+reboots() { grep -c reboot /run/fake-logind.log; }
+base=$(reboots)
+printf '[reboot]\nstrategy = "update-engine"\nabandon_after_secs = 5\n' >/etc/nodectl/config.d/30-reboot.toml
+systemctl restart nodectld.service
+check "nodectld follows update_engine, not on the bus yet, and says so" wait_until 10 sh -c \
+  'nodectl status --json | jq -e ".reboot.endpoint == \"update_engine (D-Bus)\"" >/dev/null && journalctl -u nodectld.service -o cat -n 30 | grep -q "update_engine.s status: not answered"'
+check "update_engine starts (Type=dbus: active once it owns com.coreos.update1)" update_engine
+check "nodectld sees it on the bus and asks its status: idle" wait_until 10 sh -c \
+  'journalctl -u nodectld.service -o cat -n 30 | grep -q "update_engine.s status: UPDATE_STATUS_IDLE"'
+out=$(setpriv --reuid=65534 --regid=65534 --clear-groups busctl call com.coreos.update1 /com/coreos/update1 com.coreos.update1.Manager GetStatus 2>&1)
+check "nobody may call it (its bus policy: $out)" grep -qiE 'access ?denied' <<<"$out"
+expect "no reboot yet" "$(reboots)" "$base"
+# update_engine_client -check_for_update: AttemptUpdate; the update found, downloaded, installed
+check "an update is attempted (AttemptUpdate, as update_engine_client -check_for_update)" \
+  busctl call com.coreos.update1 /com/coreos/update1 com.coreos.update1.Manager AttemptUpdate
+check "UPDATED_NEED_REBOOT: the slot is taken, the node drained, logind asked to reboot" wait_until 30 sh -c \
+  "[ \"\$(grep -c reboot /run/fake-logind.log)\" = $((base + 1)) ]"
+journalctl -u update-engine.service -o cat | grep fake-update-engine | tr '\n' ' ' | cut -c1-300 | sed 's/^/  | /'; echo
+sleep 1 # (update_engine says it again every 200 ms meanwhile)
+expect "once, however often update_engine says it" "$(reboots)" $((base + 1))
+status=$(nodectl status --json)
+check "the slot was this node's and it drained first (status: $(jq -c '.reboot | {state, detail}' <<<"$status"))" jq -e \
+  '(.reboot.state == "rebooting") and (.reboot.detail | startswith("drained")) and (.reboot.holders[0].node == "worker-1")' <<<"$status"
+expect "the Node cordoned (the drain's)" \
+  "$(python3 /test/kube-admin.py /root/admin-kubeconfig GET /api/v1/nodes/worker-1 | tail -n +2 | jq -r '.spec.unschedulable // false')" true
+# (-s: jq 1.6's -e says whether the last input gave a result, not whether any did)
+check "the journal names the version update_engine installed" sh -c \
+  'journalctl -u nodectld.service -o json | jq -e -s "map(select(.MESSAGE == \"update_engine: an update waits for a reboot\" and .VERSION == \"3975.2.1\")) | length > 0" >/dev/null'
+# the boot: /run is empty (update_engine's marker gone), update_engine starts idle in the new
+# version, nodectld starts anew
+flatcar_boot() {
+  sleep 5 # (reboot.abandon_after_secs: the boot id cannot change here)
+  systemctl stop update-engine.service
+  rm -f /var/run/update_engine_autoupdate_completed
+  systemctl restart nodectld.service
+  update_engine
+}
+check "a boot" flatcar_boot
+check "after the boot the slot goes back once kubelet is active and the Node Ready" wait_until 20 sh -c \
+  'nodectl status --json | jq -e "(.reboot.state == \"idle\") and (.reboot.group == \"workers\") and (.reboot.holders | length == 0)"'
+expect "the Node schedulable again" \
+  "$(python3 /test/kube-admin.py /root/admin-kubeconfig GET /api/v1/nodes/worker-1 | tail -n +2 | jq -r '.spec.unschedulable // false')" false
+expect "and no second reboot" "$(reboots)" $((base + 1))
+# update_engine restarted with an update installed (its marker): it says so by its status only,
+# no signal; nodectld asks it when it is on the bus again
+touch /var/run/update_engine_autoupdate_completed
+systemctl restart update-engine.service
+check "update_engine restarted with an update installed: one reboot by its status alone" wait_until 30 sh -c \
+  "[ \"\$(grep -c reboot /run/fake-logind.log)\" = $((base + 2)) ]"
+check "a boot" flatcar_boot
+check "and the slot goes back" wait_until 20 sh -c \
+  'nodectl status --json | jq -e "(.reboot.state == \"idle\") and (.reboot.holders | length == 0)"'
+expect "one reboot each" "$(reboots)" $((base + 2))
+systemctl stop update-engine.service
+rm -f /etc/dbus-1/system.d/com.coreos.update1.conf /var/run/update_engine_autoupdate_completed
+busctl call org.freedesktop.DBus /org/freedesktop/DBus org.freedesktop.DBus ReloadConfig
 # issue 41: the group settles after a release (settle_secs = 20): the release stays in the
 # Lease as this node's entry, and the group's next reboot (this node's own here) waits 20 s
 printf '[reboot]\nstrategy = "reboot-required"\nabandon_after_secs = 5\nsettle_secs = 20\n' >/etc/nodectl/config.d/30-reboot.toml
+base=$(reboots)
 systemctl restart nodectld.service
 touch /run/reboot-required
-check "a reboot with settle_secs set" wait_until 30 sh -c '[ "$(grep -c reboot /run/fake-logind.log)" = 4 ]'
+check "a reboot with settle_secs set" wait_until 30 sh -c "[ \"\$(grep -c reboot /run/fake-logind.log)\" = $((base + 1)) ]"
 sleep 5
 rm /run/reboot-required
 systemctl restart nodectld.service
@@ -461,7 +547,7 @@ sleep 5
 rm /run/reboot-required
 systemctl restart nodectld.service
 touch /run/reboot-required
-check "a second reboot" wait_until 30 sh -c '[ "$(grep -c reboot /run/fake-logind.log)" = 5 ]'
+check "a second reboot" wait_until 30 sh -c "[ \"\$(grep -c reboot /run/fake-logind.log)\" = $((base + 2)) ]"
 sleep 5
 rm /run/reboot-required
 systemctl restart nodectld.service
@@ -471,7 +557,7 @@ released=$SECONDS
 touch /run/reboot-required
 check "the next reboot of the group settles first" wait_until 10 sh -c \
   'nodectl status --json | jq -e "(.reboot.state == \"settling\") and (.reboot.detail | contains(\"settles after the reboot of worker-1\"))"'
-check "then goes ahead" wait_until 40 sh -c '[ "$(grep -c reboot /run/fake-logind.log)" = 6 ]'
+check "then goes ahead" wait_until 40 sh -c "[ \"\$(grep -c reboot /run/fake-logind.log)\" = $((base + 3)) ]"
 apart=$((SECONDS - released))
 check "at least 20 s after the release ($apart s)" test "$apart" -ge 20
 sleep 5
@@ -479,6 +565,7 @@ rm /run/reboot-required
 systemctl restart nodectld.service
 check "after that boot the slot goes back too" wait_until 20 sh -c \
   'nodectl status --json | jq -e "(.reboot.state == \"idle\") and (.reboot.group == \"workers\") and (.reboot.holders | length == 0)"'
+
 rm /etc/nodectl/config.d/30-reboot.toml
 systemctl stop fake-logind.service
 systemctl unmask --runtime systemd-logind.service >/dev/null 2>&1

@@ -192,42 +192,127 @@ impl Follower {
         }
     }
 
-    /// Runs until the connection ends: steady-state first, then a reboot whenever update_engine
-    /// says one is needed (now, or by signal later). No polling.
+    /// Runs until the connection ends: steady-state first, then a reboot once update_engine
+    /// says one is needed: by its status now, by its signal later, or by its status when it
+    /// (re)appears on the bus (update_engine may start after nodectld, or restart with an update
+    /// installed: it says so by its status, with no signal). No polling.
     pub async fn run(&self, conn: &zbus::Connection) -> anyhow::Result<()> {
+        self.steady_state().await;
+        self.until_needed(conn).await?;
+        // (update_engine's signal and owner streams are gone by now: while the reboot waits for a
+        // slot, a drain or logind, update_engine's signals, one at each of its update checks,
+        // would fill their queue, and a full queue stops the connection's reader, logind's
+        // answers included)
+        self.reboot_for_update().await
+    }
+
+    /// Returns once update_engine says an update waits for a reboot.
+    async fn until_needed(&self, conn: &zbus::Connection) -> anyhow::Result<()> {
         let ue = UpdateEngineProxy::new(conn).await?;
         let mut updates = ue.receive_status_update().await?;
-        self.steady_state().await;
-        let (_, _, op, version, _) = ue.get_status().await?;
-        if op == NEED_REBOOT {
-            tracing::info!(version = %bounded(&version), "update_engine: an update waits for a reboot");
-            return self.reboot_for_update().await;
-        }
-        while let Some(sig) = updates.next().await {
-            // A signal that does not decode (another signature) is skipped, not the end of the
-            // follower; what is logged of its strings is bounded.
-            let a = match sig.args() {
-                Ok(a) => a,
-                Err(e) => {
-                    tracing::warn!(
-                        "update_engine: a StatusUpdate signal that does not decode ({e}); ignored"
-                    );
-                    continue;
+        let mut owners = ue.inner().receive_owner_changed().await?;
+        // a status that could not be asked (update_engine on the bus) is asked again after this
+        let mut ask_again: Option<std::pin::Pin<Box<tokio::time::Sleep>>> = None;
+        let mut asked = ask(&ue).await;
+        loop {
+            match asked {
+                Asked::NeedReboot => return Ok(()),
+                Asked::Failed => ask_again = Some(Box::pin(tokio::time::sleep(self.retry))),
+                Asked::Other | Asked::Absent => {}
+            }
+            asked = tokio::select! {
+                sig = updates.next() => {
+                    let Some(sig) = sig else { anyhow::bail!("update_engine's signal stream ended") };
+                    // A signal that does not decode (another signature) is skipped, not the end
+                    // of the follower; what is logged of its strings is bounded.
+                    match sig.args() {
+                        Ok(a) if a.current_operation == NEED_REBOOT => {
+                            tracing::info!(version = %bounded(&a.new_version), "update_engine: an update waits for a reboot");
+                            return Ok(());
+                        }
+                        Ok(a) => {
+                            tracing::debug!(operation = %bounded(&a.current_operation), "update_engine status");
+                            Asked::Other
+                        }
+                        Err(e) => {
+                            tracing::warn!("update_engine: a StatusUpdate signal that does not decode ({}); ignored", bounded(&e.to_string()));
+                            Asked::Other
+                        }
+                    }
+                }
+                owner = owners.next() => match owner {
+                    None => anyhow::bail!("the system bus's stream of update_engine's owners ended"),
+                    Some(None) => {
+                        tracing::info!("update_engine left the system bus");
+                        Asked::Absent
+                    }
+                    Some(Some(_)) => {
+                        tracing::info!("update_engine is on the system bus");
+                        ask(&ue).await
+                    }
+                },
+                () = async { ask_again.as_mut().expect("armed").await }, if ask_again.is_some() => {
+                    ask_again = None;
+                    ask(&ue).await
                 }
             };
-            if a.current_operation == NEED_REBOOT {
-                tracing::info!(version = %bounded(&a.new_version), "update_engine: an update waits for a reboot");
-                return self.reboot_for_update().await;
-            }
-            tracing::debug!(operation = %bounded(&a.current_operation), "update_engine status");
         }
-        anyhow::bail!("update_engine's signal stream ended")
     }
 }
 
-/// At most 64 characters of a string update_engine sent, for the journal.
+/// What update_engine's `GetStatus` said.
+enum Asked {
+    /// An update waits for a reboot.
+    NeedReboot,
+    /// Any other status.
+    Other,
+    /// update_engine is not on the bus (yet): its start says more.
+    Absent,
+    /// No answer (or none that decodes) from an update_engine on the bus: asked again later.
+    Failed,
+}
+
+async fn ask(ue: &UpdateEngineProxy<'_>) -> Asked {
+    match ue.get_status().await {
+        Ok((_, _, op, version, _)) if op == NEED_REBOOT => {
+            tracing::info!(version = %bounded(&version), "update_engine: an update waits for a reboot");
+            Asked::NeedReboot
+        }
+        Ok((_, _, op, _, _)) => {
+            tracing::info!(operation = %bounded(&op), "update_engine's status: {}", bounded(&op));
+            Asked::Other
+        }
+        Err(e) if not_on_the_bus(&e) => {
+            tracing::info!("update_engine's status: not answered, it is not on the system bus; following its signals and its start");
+            Asked::Absent
+        }
+        Err(e) => {
+            tracing::warn!(
+                "update_engine's status: not answered ({}); asked again later",
+                bounded(&e.to_string())
+            );
+            Asked::Failed
+        }
+    }
+}
+
+/// Whether a call failed because nobody owns update_engine's name.
+fn not_on_the_bus(e: &zbus::Error) -> bool {
+    use zbus::fdo::Error as Fdo;
+    match e {
+        zbus::Error::FDO(f) => matches!(**f, Fdo::ServiceUnknown(_) | Fdo::NameHasNoOwner(_)),
+        zbus::Error::MethodError(name, _, _) => matches!(
+            name.as_str(),
+            "org.freedesktop.DBus.Error.ServiceUnknown"
+                | "org.freedesktop.DBus.Error.NameHasNoOwner"
+        ),
+        _ => false,
+    }
+}
+
+/// At most 120 characters of a string update_engine (or the bus) sent, for the journal.
 fn bounded(s: &str) -> String {
-    let mut out: String = s.chars().take(64).collect();
+    let mut out: String = s.chars().take(120).collect();
     if out.len() < s.len() {
         out.push('…');
     }
