@@ -46,7 +46,7 @@ fi
 TIERS=${TIERS:-1 2 3}
 # VM_SUITES: tier 3's suites (one boot, in this order); powercut.sh and harness run when named
 # or when VM_SUITES is unset, e.g. VM_SUITES=controller.sh TIERS=3 for that suite alone.
-ALL_VM_SUITES="node.sh secrets.sh kubelet.sh controller.sh typhoon.sh sysext.sh crash.sh bench.sh powercut.sh harness"
+ALL_VM_SUITES="node.sh secrets.sh kubelet.sh controller.sh typhoon.sh sysext.sh flatcar.sh crash.sh bench.sh powercut.sh harness"
 VM_SUITES=${VM_SUITES:-$ALL_VM_SUITES}
 for s in $VM_SUITES; do
   [[ " $ALL_VM_SUITES " == *" $s "* ]] || { echo "VM_SUITES: no suite '$s' (of: $ALL_VM_SUITES)" >&2; exit 2; }
@@ -277,7 +277,7 @@ if [[ " $TIERS " == *" 3 "* ]]; then
   # The benchmark's smoke (BENCH_MODE=quick): it runs, its table parses, nodectld read no file
   # late; its figures are printed, never judged (tests/bench/run.sh measures them in full).
   suites=()
-  for s in node.sh secrets.sh kubelet.sh controller.sh typhoon.sh sysext.sh crash.sh bench.sh; do
+  for s in node.sh secrets.sh kubelet.sh controller.sh typhoon.sh sysext.sh flatcar.sh crash.sh bench.sh; do
     vm_suite $s || continue
     [ $s = bench.sh ] && suites+=(BENCH_MODE=quick)
     suites+=($s)

@@ -17,8 +17,9 @@ DISK_SIZE=${DISK_SIZE:-4G}
 R=$VM_CACHE/rootfs
 # podman and friends for the kubelet tier; auditd so AVC denials land in audit.log; libcurl4
 # and gpg for systemd-pull 254 (sysext.sh S4: it downloads with libcurl and runs gpg --verify
-# on SHA256SUMS.gpg), gpg-agent for the test keys S4 makes.
-PKGS=systemd,systemd-sysv,udev,dbus,linux-image-amd64,initramfs-tools,selinux-basics,selinux-policy-default,policycoreutils,setools,auditd,podman,crun,conmon,netavark,iptables,golang-github-containers-common,iproute2,kmod,busybox-static,jq,containerd,libcurl4,gpg,gpg-agent
+# on SHA256SUMS.gpg), gpg-agent for the test keys S4 makes; docker.io for the Flatcar run (flatcar.sh: kubelet under
+# docker, as Typhoon's Flatcar units run it).
+PKGS=systemd,systemd-sysv,udev,dbus,linux-image-amd64,initramfs-tools,selinux-basics,selinux-policy-default,policycoreutils,setools,auditd,podman,crun,conmon,netavark,iptables,golang-github-containers-common,iproute2,kmod,busybox-static,jq,containerd,libcurl4,gpg,gpg-agent,docker.io
 
 log() { echo "[build-image] $*" >&2; }
 step() { local s=$SECONDS; "$@"; log "$1 took $((SECONDS - s))s"; }
@@ -78,6 +79,9 @@ configure() {
   # defaults under the other suites (their kubelet is a podman stand-in that needs none)
   chroot "$R" systemctl disable containerd.service >/dev/null 2>&1 || true
   chroot "$R" systemctl mask containerd.service >/dev/null 2>&1 || true
+  # docker likewise: only flatcar.sh starts it (Flatcar's docker.service with its containerd)
+  chroot "$R" systemctl disable docker.service docker.socket >/dev/null 2>&1 || true
+  chroot "$R" systemctl mask docker.service docker.socket >/dev/null 2>&1 || true
   chroot "$R" systemctl set-default multi-user.target >/dev/null 2>&1
   [ -s "$R/etc/machine-id" ] || chroot "$R" systemd-machine-id-setup >/dev/null 2>&1
   rm -f "$R"/var/cache/apt/archives/*.deb "$R"/boot/*.dpkg-bak

@@ -239,6 +239,14 @@ impl KubeletSpec {
                     .set("ExecStop", "-/usr/bin/podman stop kubelet");
             }
             Runtime::Docker => {
+                // Typhoon's Flatcar kubelet.service (poseidon/typhoon
+                // aws/flatcar-linux/kubernetes/butane/controller.yaml, workers/butane/worker.yaml):
+                // `docker run -d --name kubelet --privileged --pid host --network host` with these
+                // mounts, then `docker logs -f`, `docker stop`, `docker rm`. Typhoon has no
+                // `docker rm -f` before the run: a container left running (the unit's process
+                // killed: the container is dockerd's, and ExecStopPost's `docker rm` refuses a
+                // running one) keeps the name and every later `docker run --name kubelet` fails
+                // with a conflict (moby/moby#6791, linked from Typhoon's worker).
                 run.push("/usr/bin/docker run -d --name kubelet".into());
                 run.extend(["--privileged", "--pid host", "--network host"].map(String::from));
                 run.extend(

@@ -1,6 +1,6 @@
 //! Reboot coordination under the daemon: started once the node has its own credentials,
-//! restarted when `reboot.*` changes (never in the middle of a reboot), stopped when the
-//! strategy becomes `off`.
+//! restarted when `reboot.*` or the node name changes (never in the middle of a reboot), stopped
+//! when the strategy becomes `off`.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -23,10 +23,12 @@ pub(super) struct Reboots {
     pub(super) task: tokio::task::JoinHandle<()>,
     strategy: RebootStrategy,
     policy: RebootPolicy,
+    /// The node name its Lease entries, drain and readiness are for.
+    node: String,
 }
 
 /// After a pass: starts reboot coordination when wanted (and possible), and restarts it when
-/// `reboot.*` changed, but never in the middle of a reboot: a slot held in one namespace's Lease
+/// `reboot.*` or the node's name changed, but never in the middle of a reboot: a slot held in one namespace's Lease
 /// would be left behind by a coordinator started on another. Stops it when `reboot.strategy`
 /// became `off`.
 pub(super) async fn follow_settings(
@@ -37,7 +39,7 @@ pub(super) async fn follow_settings(
     shared: &Arc<Shared>,
 ) -> Option<Reboots> {
     if let Some(r) = current {
-        if r.strategy == s.reboot && r.policy == s.reboot_policy {
+        if r.strategy == s.reboot && r.policy == s.reboot_policy && r.node == s.node_name {
             return Some(r);
         }
         let state = shared
@@ -56,7 +58,7 @@ pub(super) async fn follow_settings(
             }
             return Some(r);
         }
-        tracing::info!("reboot settings changed: restarting reboot coordination");
+        tracing::info!("reboot settings or the node name changed: restarting reboot coordination");
         shared.reboot_deferred.store(false, Ordering::SeqCst);
         r.task.abort();
         let _ = r.task.await;
@@ -72,6 +74,7 @@ pub(super) async fn follow_settings(
                 task,
                 strategy: s.reboot,
                 policy: s.reboot_policy.clone(),
+                node: s.node_name.clone(),
             });
             if started.is_some() {
                 super::metrics::write(root, shared).await;

@@ -128,3 +128,39 @@ typhoon_records() {
     record static-manifests/$m.yaml /test/kubelet-standin/fixtures/$m.yaml
   done
 }
+
+# ignition_apply DIR CONFIG: Debian's ignition (/test/ignition) applies CONFIG to this booted root:
+# fetch-offline then files, as ignition-fetch-offline.service and ignition-files.service run
+# them (--root=/; in the initramfs it is /sysroot); its log in DIR/log. At the end Ignition
+# relabels what it wrote with `setfiles -r ROOT`, and Debian's setfiles refuses `-r /`: a shim
+# (DIR/shim/setfiles) drops that one argument pair, nothing else.
+ignition_apply() {
+  mkdir -p "$1/shim" && cat >"$1/shim/setfiles" <<'SHIM'
+#!/bin/bash
+args=()
+while [ $# -gt 0 ]; do
+  if [ "$1" = -r ] && [ "${2:-}" = / ]; then shift 2; continue; fi
+  args+=("$1"); shift
+done
+exec /sbin/setfiles "${args[@]}"
+SHIM
+  chmod +x "$1/shim/setfiles"
+  rm -rf /run/ignition /run/ignition.json && mkdir -p /run/ignition
+  PATH=$1/shim:$PATH IGNITION_CONFIG_FILE=$2 /test/ignition --root=/ --platform=file --stage=fetch-offline --log-to-stdout >"$1/log" 2>&1 &&
+    PATH=$1/shim:$PATH IGNITION_CONFIG_FILE=$2 /test/ignition --root=/ --platform=file --stage=files --log-to-stdout >>"$1/log" 2>&1
+}
+
+# render_config DIR VERSION URL SHA512 TEMPLATE OUT.ign [NAME=VALUE...]: a Butane template of
+# the release rendered (example.vars, the release's key, this node's bootstrap kubeconfig in
+# DIR/files, the NAME=VALUEs given) and translated to Ignition by nodectl-butane.
+render_config() {
+  local d=$1 v=$2 url=$3 sha=$4 tmpl=$5 out=$6
+  shift 6
+  mkdir -p "$d/files"
+  { cat /test/example.vars; echo "nodectl_version=$v"; echo "nodectl_url=$url"
+    echo "nodectl_sysext_flatcar_sha512=$sha"; echo "nodectl_sysext_fcos_sha512=$sha"
+    echo "nodectl_release_key_base64=$(base64 -w0 /test/dist/nodectl-release.gpg)"
+    echo "kubeconfig@10=$d/files/bootstrap-kubeconfig"; printf '%s\n' "$@"; } >"$d/vars"
+  /test/nodectl-butane render "$d/vars" "$tmpl" "$d/config.bu" &&
+    /test/nodectl-butane translate "$d/files" "$d/config.bu" "$out"
+}

@@ -57,12 +57,7 @@ cp /root/bootstrap-kubeconfig $W/files/bootstrap-kubeconfig
 busybox httpd -f -p 127.0.0.1:8080 -h /test/dist &
 httpd=$!
 render() { # render SHA512 OUT.ign [TEMPLATE]
-  { cat /test/example.vars; echo "nodectl_version=$V"; echo "nodectl_url=http://127.0.0.1:8080"
-    echo "nodectl_sysext_flatcar_sha512=$1"; echo "nodectl_sysext_fcos_sha512=$1"
-    echo "nodectl_release_key_base64=$(base64 -w0 /test/dist/nodectl-release.gpg)"
-    echo "kubeconfig@10=$W/files/bootstrap-kubeconfig"; } >$W/vars
-  /test/nodectl-butane render $W/vars "${3:-/test/butane/flatcar-worker.bu}" $W/w.bu &&
-    /test/nodectl-butane translate $W/files $W/w.bu "$2"
+  render_config $W "$V" http://127.0.0.1:8080 "$1" "${3:-/test/butane/flatcar-worker.bu}" "$2"
 }
 # merged SHA512 OUT.ign: Typhoon's worker (the base) with nodectl's snippet merged over it, as
 # Typhoon's ct_config merges worker_snippets (Ignition's own merge of a child config)
@@ -74,26 +69,8 @@ merged() {
 }
 # sysext: a refresh as at boot, by systemd-sysext.service (the system's own, systemd 252)
 sysext() { systemctl restart systemd-sysext.service; }
-# ignite CONFIG: fetch-offline then files, as ignition-fetch-offline.service and
-# ignition-files.service run them, on this booted root (--root=/; in the initramfs it is
-# /sysroot). At the end Ignition relabels what it wrote with `setfiles -r ROOT`, and Debian's
-# setfiles refuses `-r /`: a shim drops that one argument pair, nothing else.
-mkdir -p $W/shim && cat >$W/shim/setfiles <<'SHIM'
-#!/bin/bash
-args=()
-while [ $# -gt 0 ]; do
-  if [ "$1" = -r ] && [ "${2:-}" = / ]; then shift 2; continue; fi
-  args+=("$1"); shift
-done
-exec /sbin/setfiles "${args[@]}"
-SHIM
-chmod +x $W/shim/setfiles
-ignite() {
-  rm -rf /run/ignition /run/ignition.json && mkdir -p /run/ignition
-  export PATH=$W/shim:$PATH IGNITION_CONFIG_FILE=$1
-  /test/ignition --root=/ --platform=file --stage=fetch-offline --log-to-stdout >$W/log 2>&1 &&
-    /test/ignition --root=/ --platform=file --stage=files --log-to-stdout >>$W/log 2>&1
-}
+# (lib.sh's ignition_apply: Debian's ignition, fetch-offline then files, on this booted root)
+ignite() { ignition_apply $W "$1"; }
 check "the worker config renders for this VM" render 0000"$(printf '%0124d' 0)" $W/bad.ign
 ignite $W/bad.ign
 check "a wrong sha512 fails Ignition's files stage" sh -c "grep CRITICAL $W/log | grep -q 'hash verification failed'"
