@@ -308,6 +308,14 @@ systemctl stop systemd-logind.service 2>/dev/null; systemctl mask --runtime syst
 rm -f /run/fake-logind.log /run/fake-logind.inhibitors
 systemd-run --unit=fake-logind --property=Type=exec /test/fake-logind /run/fake-logind.log >/dev/null
 check "fake-logind owns org.freedesktop.login1" wait_until 10 busctl status org.freedesktop.login1
+# a_boot: the node's next boot as this container has it: /run empty again (no
+# /run/reboot-required) and nodectld started anew, after reboot.abandon_after_secs (5 s: the boot
+# id cannot change here; a steady-state of the same boot gives the slot back only after it)
+a_boot() { sleep 5; rm -f /run/reboot-required; systemctl restart nodectld.service; }
+# slot_back NAME: then the slot goes back once kubelet is active and the Node Ready (a new
+# coordinator shows `idle` with no group before it asked anything: the group says it did)
+slot_back() { check "$1" wait_until 20 sh -c \
+  'nodectl status --json | jq -e "(.reboot.state == \"idle\") and (.reboot.group == \"workers\") and (.reboot.holders | length == 0)"'; }
 # outside its window (tomorrow 00:00 for an hour) the reboot waits, and says so
 tomorrow=$(LC_ALL=C date -u -d tomorrow +%a)
 printf '[reboot]\nstrategy = "reboot-required"\nabandon_after_secs = 5\nwait_for_inhibitors = true\nwindows = ["%s 00:00 60m"]\n' "$tomorrow" \
@@ -348,14 +356,8 @@ check "the inhibitor gone, nodectld asks logind to reboot (non-interactive)" wai
   grep -qx 'reboot interactive=false' /run/fake-logind.log
 expect "once" "$(grep -c reboot /run/fake-logind.log)" 1
 expect "the pre-reboot check ran first, with its phase and node" "$(cat /run/pre-check.log)" "pre-reboot worker-1"
-# the next boot: /run is empty again and nodectld starts anew (the boot id cannot change here:
-# reboot.abandon_after_secs lets a steady-state of the same boot give the slot back)
-sleep 5
-rm /run/reboot-required
-systemctl restart nodectld.service
-# (a new coordinator shows `idle` with no group before it asked anything: the group says it did)
-check "after the boot, the slot is given back once kubelet is active and the Node Ready" wait_until 20 sh -c \
-  'nodectl status --json | jq -e "(.reboot.state == \"idle\") and (.reboot.group == \"workers\") and (.reboot.holders | length == 0)"'
+a_boot
+slot_back "after the boot, the slot is given back once kubelet is active and the Node Ready"
 expect "and no second reboot" "$(grep -c reboot /run/fake-logind.log)" 1
 expect "the post-reboot check ran before the release" "$(cat /run/post-check.log 2>&1)" "post-reboot worker-1"
 check "as nodectl-post-reboot-1-<ms>.service" sh -c \
@@ -383,11 +385,8 @@ check "it takes the hold over, drains and asks logind" wait_until 30 sh -c \
   '[ "$(grep -c reboot /run/fake-logind.log)" = 2 ]'
 expect "a second reboot now is refused while it is under way" \
   "$(nodectl reboot now 2>&1 | grep -c 'already under way')" 1
-sleep 5
-rm /run/reboot-required
-systemctl restart nodectld.service
-check "after the boot, the operator's slot goes back" wait_until 20 sh -c \
-  'nodectl status --json | jq -e "(.reboot.state == \"idle\") and (.reboot.group == \"workers\") and (.reboot.holders | length == 0)"'
+a_boot
+slot_back "after the boot, the operator's slot goes back"
 # issue 41: the gates on nodectld itself: a backup pod on this node (the double's pod list) and
 # an alert of the real Prometheus (Debian's), firing on a textfile metric Debian's node_exporter
 # serves, hold the reboot without a slot; the pod gone, the alert still holds it; the alert
@@ -433,10 +432,8 @@ check "while Watchdog still fires (ignored)" python3 /run/prom/firing.py Watchdo
 systemctl stop prometheus.service node-exporter.service
 rm /run/systemd/system/nodectld.service.d/50-test-timers.conf /run/reboot-required
 systemctl daemon-reload
-sleep 5
-systemctl restart nodectld.service
-check "after the boot the slot goes back" wait_until 20 sh -c \
-  'nodectl status --json | jq -e "(.reboot.state == \"idle\") and (.reboot.group == \"workers\") and (.reboot.holders | length == 0)"'
+a_boot
+slot_back "after the boot the slot goes back"
 echo "## update_engine (Flatcar): UPDATED_NEED_REBOOT takes a slot, drains, reboots through logind; the slot back once Ready"
 # fake-update-engine (tests/testkit) owns com.coreos.update1 as Flatcar's update_engine does:
 # its interface, its status strings, a signal at each change; its bus policy as
@@ -504,8 +501,7 @@ flatcar_boot() {
   update_engine
 }
 check "a boot" flatcar_boot
-check "after the boot the slot goes back once kubelet is active and the Node Ready" wait_until 20 sh -c \
-  'nodectl status --json | jq -e "(.reboot.state == \"idle\") and (.reboot.group == \"workers\") and (.reboot.holders | length == 0)"'
+slot_back "after the boot the slot goes back once kubelet is active and the Node Ready"
 expect "the Node schedulable again" \
   "$(python3 /test/kube-admin.py /root/admin-kubeconfig GET /api/v1/nodes/worker-1 | tail -n +2 | jq -r '.spec.unschedulable // false')" false
 expect "and no second reboot" "$(reboots)" $((base + 1))
@@ -516,8 +512,7 @@ systemctl restart update-engine.service
 check "update_engine restarted with an update installed: one reboot by its status alone" wait_until 30 sh -c \
   "[ \"\$(grep -c reboot /run/fake-logind.log)\" = $((base + 2)) ]"
 check "a boot" flatcar_boot
-check "and the slot goes back" wait_until 20 sh -c \
-  'nodectl status --json | jq -e "(.reboot.state == \"idle\") and (.reboot.holders | length == 0)"'
+slot_back "and the slot goes back"
 expect "one reboot each" "$(reboots)" $((base + 2))
 systemctl stop update-engine.service
 rm -f /etc/dbus-1/system.d/com.coreos.update1.conf /var/run/update_engine_autoupdate_completed
@@ -529,11 +524,8 @@ base=$(reboots)
 systemctl restart nodectld.service
 touch /run/reboot-required
 check "a reboot with settle_secs set" wait_until 30 sh -c "[ \"\$(grep -c reboot /run/fake-logind.log)\" = $((base + 1)) ]"
-sleep 5
-rm /run/reboot-required
-systemctl restart nodectld.service
-check "after the boot the slot goes back" wait_until 20 sh -c \
-  'nodectl status --json | jq -e "(.reboot.state == \"idle\") and (.reboot.group == \"workers\") and (.reboot.holders | length == 0)"'
+a_boot
+slot_back "after the boot the slot goes back"
 released=$SECONDS
 lease() { python3 /test/kube-admin.py /root/admin-kubeconfig GET /apis/coordination.k8s.io/v1/namespaces/nodectl-reboot/leases/reboot-workers | tail -n +2; }
 check "the release stays in the Lease, with its settle time" sh -c \
@@ -543,16 +535,11 @@ check "and leaves it once the group has settled" wait_until 30 sh -c \
   "$(declare -f lease); lease | jq -e '.metadata.annotations | has(\"worker-1.reboot-holders.nodectl.io/slot\") | not'"
 check "(at least 20 s after the release)" test $((SECONDS - released)) -ge 20
 # again, and this time the group's next reboot asks while the group settles
-sleep 5
-rm /run/reboot-required
-systemctl restart nodectld.service
+a_boot
 touch /run/reboot-required
 check "a second reboot" wait_until 30 sh -c "[ \"\$(grep -c reboot /run/fake-logind.log)\" = $((base + 2)) ]"
-sleep 5
-rm /run/reboot-required
-systemctl restart nodectld.service
-check "after the boot the slot goes back" wait_until 20 sh -c \
-  'nodectl status --json | jq -e "(.reboot.state == \"idle\") and (.reboot.group == \"workers\") and (.reboot.holders | length == 0)"'
+a_boot
+slot_back "after the boot the slot goes back"
 released=$SECONDS
 touch /run/reboot-required
 check "the next reboot of the group settles first" wait_until 10 sh -c \
@@ -560,11 +547,8 @@ check "the next reboot of the group settles first" wait_until 10 sh -c \
 check "then goes ahead" wait_until 40 sh -c "[ \"\$(grep -c reboot /run/fake-logind.log)\" = $((base + 3)) ]"
 apart=$((SECONDS - released))
 check "at least 20 s after the release ($apart s)" test "$apart" -ge 20
-sleep 5
-rm /run/reboot-required
-systemctl restart nodectld.service
-check "after that boot the slot goes back too" wait_until 20 sh -c \
-  'nodectl status --json | jq -e "(.reboot.state == \"idle\") and (.reboot.group == \"workers\") and (.reboot.holders | length == 0)"'
+a_boot
+slot_back "after that boot the slot goes back too"
 
 rm /etc/nodectl/config.d/30-reboot.toml
 systemctl stop fake-logind.service
