@@ -105,17 +105,19 @@ pub struct Follower {
 impl Follower {
     /// After boot: gives back the slot (if held) once kubelet is active and the Node Ready.
     pub async fn steady_state(&self) {
+        // (what the reboots follow: update_engine, or /run/reboot-required)
+        let via = self.coordinator.status().endpoint;
         loop {
             match self.coordinator.steady_state(&self.params).await {
                 Ok(msg) => {
                     tracing::info!(
                         message_id = crate::logging::ids::REBOOT_RELEASED,
-                        "update_engine: {msg}"
+                        "after the boot ({via}): {msg}"
                     );
                     return;
                 }
                 Err(r) => {
-                    tracing::info!(kind = r.kind, "update_engine: steady-state: {}", r.value);
+                    tracing::info!(kind = r.kind, "after the boot ({via}): {}", r.value);
                     tokio::time::sleep(self.retry).await;
                 }
             }
