@@ -73,15 +73,8 @@ async fn flatcar_1(api: &Double, boot: Option<&str>) -> Arc<LeaseCoordinator> {
 async fn an_update_waiting_for_reboot_takes_a_slot_drains_and_reboots_through_logind() {
     let bus = common::Bus::start();
     let reboots = Arc::new(AtomicU32::new(0));
-    let service = zbus::connection::Builder::address(bus.address.as_str())
-        .name("com.coreos.update1")
-        .name("org.freedesktop.login1")
-        .serve_at(
-            "/com/coreos/update1",
-            FakeUpdateEngine("UPDATE_STATUS_IDLE"),
-        )
-        .serve_at("/org/freedesktop/login1", FakeLogind(reboots.clone()))
-        .build()
+    let _logind = fake_logind(&bus.address, &reboots).await;
+    let service = fake_update_engine(&bus.address, "UPDATE_STATUS_IDLE")
         .await
         .unwrap();
 
@@ -309,12 +302,7 @@ async fn a_fleet_waiting_for_a_slot_watches_it_and_one_node_takes_it_when_freed(
 async fn update_engine_coming_on_the_bus_with_an_update_installed_is_asked_and_the_node_reboots() {
     let bus = common::Bus::start();
     let reboots = Arc::new(AtomicU32::new(0));
-    let _logind = zbus::connection::Builder::address(bus.address.as_str())
-        .name("org.freedesktop.login1")
-        .serve_at("/org/freedesktop/login1", FakeLogind(reboots.clone()))
-        .build()
-        .await
-        .unwrap();
+    let _logind = fake_logind(&bus.address, &reboots).await;
     let api = Double::start(Options::default()).await.unwrap();
     api.set_node("flatcar-1", true);
     let coordinator = flatcar_1(&api, None).await;
@@ -326,12 +314,7 @@ async fn update_engine_coming_on_the_bus_with_an_update_installed_is_asked_and_t
         "the follower ended without update_engine"
     );
     // update_engine comes up idle, goes away, and comes back with an update installed.
-    let service = |op| {
-        zbus::connection::Builder::address(bus.address.as_str())
-            .name("com.coreos.update1")
-            .serve_at("/com/coreos/update1", FakeUpdateEngine(op))
-            .build()
-    };
+    let service = |op| fake_update_engine(&bus.address, op);
     let idle = service("UPDATE_STATUS_IDLE").await.unwrap();
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(
@@ -342,6 +325,25 @@ async fn update_engine_coming_on_the_bus_with_an_update_installed_is_asked_and_t
     idle.close().await.unwrap();
     let _installed = service(NEED_REBOOT).await.unwrap();
     rebooted_once(run, &reboots, &coordinator).await;
+}
+
+/// logind on the bus at `address`, counting its Reboot calls in `reboots`.
+async fn fake_logind(address: &str, reboots: &Arc<AtomicU32>) -> zbus::Connection {
+    zbus::connection::Builder::address(address)
+        .name("org.freedesktop.login1")
+        .serve_at("/org/freedesktop/login1", FakeLogind(reboots.clone()))
+        .build()
+        .await
+        .unwrap()
+}
+
+/// update_engine on the bus at `address`, its status `op`.
+async fn fake_update_engine(address: &str, op: &'static str) -> zbus::Result<zbus::Connection> {
+    zbus::connection::Builder::address(address)
+        .name("com.coreos.update1")
+        .serve_at("/com/coreos/update1", FakeUpdateEngine(op))
+        .build()
+        .await
 }
 
 /// flatcar-1's follower of update_engine (group `default`, retry 100 ms) on the bus at `address`,

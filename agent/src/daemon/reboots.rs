@@ -28,9 +28,9 @@ pub(super) struct Reboots {
 }
 
 /// After a pass: starts reboot coordination when wanted (and possible), and restarts it when
-/// `reboot.*` or the node's name changed, but never in the middle of a reboot: a slot held in one namespace's Lease
-/// would be left behind by a coordinator started on another. Stops it when `reboot.strategy`
-/// became `off`.
+/// `reboot.*` or the node's name changed, but never in the middle of a reboot: a slot held in
+/// one namespace's Lease would be left behind by a coordinator started on another. Stops it when
+/// `reboot.strategy` became `off`.
 pub(super) async fn follow_settings(
     current: Option<Reboots>,
     root: &Root,
