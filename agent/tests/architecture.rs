@@ -344,3 +344,355 @@ fn the_checks_themselves_catch_what_they_are_for() {
     assert_eq!(fns, [("a".into(), 1, 4), ("b".into(), 6, 1)]);
     assert_eq!(non_test("a\n#[cfg(test)]\nmod tests {}"), "a");
 }
+
+/// The crates whose files are checked for import cycles between files (below), each by its
+/// `src/` (their binaries' roots excluded: `bin/`, `main.rs`).
+const CYCLE_CRATES: &[&str] = &["agent", "units", "selinux", "kubectl-nodectl"];
+
+/// Every file of a crate's `src/` by its module path: `daemon/metrics.rs` -> `daemon::metrics`,
+/// `daemon/mod.rs` -> `daemon`, `lib.rs` -> the crate root (empty).
+fn file_modules(src: &Path) -> BTreeMap<Vec<String>, PathBuf> {
+    let mut files = Vec::new();
+    rust_files(src, &mut files);
+    let mut out = BTreeMap::new();
+    for f in files {
+        let rel = f.strip_prefix(src).unwrap();
+        let mut segs: Vec<String> = rel
+            .with_extension("")
+            .components()
+            .map(|c| c.as_os_str().to_string_lossy().into_owned())
+            .collect();
+        if segs.first().is_some_and(|s| s == "bin") || segs == ["main"] {
+            continue;
+        }
+        if segs.last().is_some_and(|s| s == "mod" || s == "lib") {
+            segs.pop();
+        }
+        out.insert(segs, f);
+    }
+    out
+}
+
+/// The paths a piece of code names from `crate::`, `super::` or `self::` (a `use` group
+/// expanded: `crate::{a::b, c::{d, e}}` is three), each with its line, as written (relative).
+fn module_paths(lines: &[String]) -> Vec<(Vec<String>, usize)> {
+    let mut out = Vec::new();
+    // (joined: a `use` group may run over several lines)
+    let text = lines.join("\n");
+    let line_at = |byte: usize| text[..byte].matches('\n').count() + 1;
+    let bytes = text.as_bytes();
+    let mut i = 0;
+    while i < text.len() {
+        let rest = &text[i..];
+        let start = ["crate::", "super::", "self::"]
+            .iter()
+            .any(|p| rest.starts_with(p));
+        let after_ident = i > 0 && {
+            let b = bytes[i - 1];
+            b.is_ascii_alphanumeric() || b == b'_' || b == b':'
+        };
+        if start && !after_ident {
+            let (paths, len) = expand(rest);
+            for p in paths {
+                out.push((p, line_at(i)));
+            }
+            i += len.max(1);
+        } else {
+            i += rest.chars().next().map_or(1, char::len_utf8);
+        }
+    }
+    out
+}
+
+/// Reads one path (with `{...}` groups) from the start of `s`: the expanded paths and the
+/// bytes read.
+fn expand(s: &str) -> (Vec<Vec<String>>, usize) {
+    let mut prefix = Vec::new();
+    let mut i = 0;
+    loop {
+        let seg: String = s[i..]
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == '*')
+            .collect();
+        i += seg.len();
+        if !seg.is_empty() {
+            prefix.push(seg);
+        }
+        let rest = &s[i..];
+        if let Some(r) = rest.strip_prefix("::") {
+            i += 2;
+            if r.starts_with('{') {
+                i += 1;
+                let mut paths = Vec::new();
+                loop {
+                    let ws = s[i..].len() - s[i..].trim_start().len();
+                    i += ws;
+                    if s[i..].starts_with('}') {
+                        i += 1;
+                        break;
+                    }
+                    if i >= s.len() {
+                        break; // a group that does not close (the text was cut)
+                    }
+                    let (inner, len) = expand(&s[i..]);
+                    i += len;
+                    for p in inner {
+                        let mut full = prefix.clone();
+                        if p != ["self"] {
+                            full.extend(p);
+                        }
+                        paths.push(full);
+                    }
+                    // skip `as alias`, up to the next item or the group's end
+                    while i < s.len() && !s[i..].starts_with(',') && !s[i..].starts_with('}') {
+                        i += s[i..].chars().next().map_or(1, char::len_utf8);
+                    }
+                    if s[i..].starts_with(',') {
+                        i += 1;
+                    }
+                }
+                return (paths, i);
+            }
+            continue;
+        }
+        return (vec![prefix], i);
+    }
+}
+
+/// A written path as a path from the crate root, seen from the module `at`.
+fn absolute(path: &[String], at: &[String]) -> Vec<String> {
+    let mut base: Vec<String> = at.to_vec();
+    let mut segs = path;
+    match segs.first().map(String::as_str) {
+        Some("crate") => {
+            base.clear();
+            segs = &segs[1..];
+        }
+        Some("self") => segs = &segs[1..],
+        _ => {}
+    }
+    while segs.first().is_some_and(|s| s == "super") {
+        base.pop();
+        segs = &segs[1..];
+    }
+    base.extend(segs.iter().cloned());
+    base
+}
+
+/// The names a file re-exports (`pub use`, `pub(crate) use`, `pub(super) use`) and the
+/// absolute paths they stand for.
+fn reexports(
+    lines: &[String],
+    at: &[String],
+    modules: &BTreeMap<Vec<String>, PathBuf>,
+) -> BTreeMap<String, Vec<String>> {
+    let mut out = BTreeMap::new();
+    for l in lines {
+        let t = l.trim_start();
+        let Some(rest) = ["pub use ", "pub(crate) use ", "pub(super) use "]
+            .iter()
+            .find_map(|p| t.strip_prefix(p))
+        else {
+            continue;
+        };
+        let (paths, _) = expand(rest);
+        for p in paths {
+            // `use child::X` in a module's own file: relative to it when `child` is a module
+            let mut rel = p.clone();
+            if !matches!(
+                rel.first().map(String::as_str),
+                Some("crate" | "self" | "super")
+            ) {
+                let mut m = at.to_vec();
+                m.push(rel[0].clone());
+                if !modules.contains_key(&m) {
+                    continue; // an external crate's item
+                }
+                rel.insert(0, "self".into());
+            }
+            if let Some(name) = p.last().filter(|n| *n != "*") {
+                out.insert(name.clone(), absolute(&rel, at));
+            }
+        }
+    }
+    out
+}
+
+/// The file a path from the crate root lands in: its longest prefix that is a file's module,
+/// followed through that file's re-exports.
+fn resolve<'a>(
+    path: &[String],
+    modules: &'a BTreeMap<Vec<String>, PathBuf>,
+    exports: &BTreeMap<PathBuf, BTreeMap<String, Vec<String>>>,
+    depth: u8,
+) -> Option<&'a PathBuf> {
+    let n = (0..=path.len())
+        .rev()
+        .find(|n| modules.contains_key(&path[..*n]))?;
+    let file = &modules[&path[..n]];
+    if depth < 8 {
+        if let Some(target) = path.get(n).and_then(|name| exports.get(file)?.get(name)) {
+            let mut full = target.clone();
+            full.extend(path[n + 1..].iter().cloned());
+            if full != path {
+                return resolve(&full, modules, exports, depth + 1).or(Some(file));
+            }
+        }
+    }
+    Some(file)
+}
+
+/// The imports between files of one crate: file -> file -> where (a module's own file naming
+/// its submodules is not counted: a module holds its children).
+fn file_edges(src: &Path) -> BTreeMap<PathBuf, BTreeMap<PathBuf, String>> {
+    let modules = file_modules(src);
+    let code: BTreeMap<&PathBuf, Vec<String>> = modules
+        .values()
+        .map(|f| {
+            (
+                f,
+                code_lines(non_test(&std::fs::read_to_string(f).unwrap())),
+            )
+        })
+        .collect();
+    let by_file: BTreeMap<&PathBuf, &Vec<String>> = modules.iter().map(|(m, f)| (f, m)).collect();
+    let exports: BTreeMap<PathBuf, BTreeMap<String, Vec<String>>> = modules
+        .iter()
+        .map(|(m, f)| (f.clone(), reexports(&code[f], m, &modules)))
+        .collect();
+    let mut edges: BTreeMap<PathBuf, BTreeMap<PathBuf, String>> = BTreeMap::new();
+    for (f, lines) in &code {
+        let at = by_file[f];
+        for (p, line) in module_paths(lines) {
+            let abs = absolute(&p, at);
+            let Some(to) = resolve(&abs, &modules, &exports, 0) else {
+                continue;
+            };
+            if by_file[to].starts_with(at) {
+                continue; // itself, or a submodule of its own
+            }
+            let rel = shown(src, f);
+            edges
+                .entry((*f).clone())
+                .or_default()
+                .entry(to.clone())
+                .or_insert(format!("{rel}:{line}"));
+        }
+    }
+    edges
+}
+
+/// A file as the messages name it: from the workspace (`agent/src/daemon/metrics.rs`).
+fn shown(src: &Path, f: &Path) -> String {
+    let base = src.parent().and_then(Path::parent).unwrap_or(src);
+    f.strip_prefix(base).unwrap_or(f).display().to_string()
+}
+
+/// Every import cycle between files, each once, as `a.rs -> b.rs -> a.rs (a.rs:12, b.rs:4)`.
+fn file_cycles(src: &Path) -> Vec<String> {
+    let edges = file_edges(src);
+    let name = |f: &PathBuf| shown(src, f);
+    let mut found = BTreeSet::new();
+    let mut state: BTreeMap<PathBuf, u8> = BTreeMap::new();
+    fn visit(
+        f: &PathBuf,
+        edges: &BTreeMap<PathBuf, BTreeMap<PathBuf, String>>,
+        state: &mut BTreeMap<PathBuf, u8>,
+        stack: &mut Vec<PathBuf>,
+        found: &mut BTreeSet<Vec<PathBuf>>,
+    ) {
+        state.insert(f.clone(), 1);
+        stack.push(f.clone());
+        for d in edges.get(f).into_iter().flat_map(BTreeMap::keys) {
+            match state.get(d) {
+                Some(1) => {
+                    let from = stack.iter().position(|s| s == d).unwrap();
+                    found.insert(stack[from..].to_vec());
+                }
+                Some(_) => {}
+                None => visit(d, edges, state, stack, found),
+            }
+        }
+        stack.pop();
+        state.insert(f.clone(), 2);
+    }
+    for f in edges.keys() {
+        if !state.contains_key(f) {
+            visit(f, &edges, &mut state, &mut Vec::new(), &mut found);
+        }
+    }
+    found
+        .into_iter()
+        .map(|cycle| {
+            let mut names: Vec<String> = cycle.iter().map(name).collect();
+            let at: Vec<&str> = cycle
+                .iter()
+                .zip(cycle.iter().cycle().skip(1))
+                .map(|(a, b)| edges[a][b].as_str())
+                .collect();
+            names.push(name(&cycle[0]));
+            format!("{} ({})", names.join(" -> "), at.join(", "))
+        })
+        .collect()
+}
+
+#[test]
+fn no_import_cycle_between_files() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let cycles: Vec<String> = CYCLE_CRATES
+        .iter()
+        .flat_map(|c| file_cycles(&root.join(c).join("src")))
+        .collect();
+    assert!(
+        cycles.is_empty(),
+        "import cycles between files (break each: move what both need below them):\n{}",
+        cycles.join("\n")
+    );
+}
+
+#[test]
+fn the_file_cycle_check_sees_a_cycle() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("agent/src");
+    std::fs::create_dir_all(src.join("daemon")).unwrap();
+    let w = |p: &str, s: &str| std::fs::write(src.join(p), s).unwrap();
+    w("lib.rs", "mod daemon;\npub use daemon::Shared;\n");
+    w(
+        "daemon/mod.rs",
+        "mod metrics;\nmod reboots;\nmod shared;\npub(crate) use shared::Shared;\nuse metrics::write;\n",
+    );
+    w(
+        "daemon/metrics.rs",
+        "use super::Shared;\n// super::reboots in prose\n",
+    );
+    w(
+        "daemon/shared.rs",
+        "fn f() { crate::daemon::reboots::verb(); }\n",
+    );
+    w(
+        "daemon/reboots.rs",
+        "use super::{metrics::{self, write as w}, other};\n",
+    );
+    let cycles = file_cycles(&src);
+    assert_eq!(
+        cycles,
+        ["agent/src/daemon/metrics.rs -> agent/src/daemon/shared.rs -> agent/src/daemon/reboots.rs \
+          -> agent/src/daemon/metrics.rs (agent/src/daemon/metrics.rs:1, agent/src/daemon/shared.rs:1, \
+          agent/src/daemon/reboots.rs:1)"],
+    );
+    // broken: no cycle left (metrics names Shared no more)
+    w("daemon/metrics.rs", "pub fn write() {}\n");
+    assert!(file_cycles(&src).is_empty(), "{:?}", file_cycles(&src));
+    assert_eq!(
+        expand("crate::{a::b, c::{self, d as e}, f};"),
+        (
+            vec![
+                vec!["crate".into(), "a".into(), "b".into()],
+                vec!["crate".into(), "c".into()],
+                vec!["crate".into(), "c".into(), "d".into()],
+                vec!["crate".into(), "f".into()],
+            ],
+            "crate::{a::b, c::{self, d as e}, f}".len()
+        )
+    );
+}

@@ -2,7 +2,9 @@
 # harness-test.sh: the test harness's own checks.
 #  1. A guest whose test runner never starts (masked on the kernel command line) is caught within
 #     the boot bound, killed, and booted again; after the retries run-in-vm.sh exits 126.
-#  2. A suite that started and failed is never retried: its exit status comes back after one boot.
+#  2. A suite that started and failed is never retried: its exit status comes back after one boot;
+#     a boot whose audit log has a denial tests/vm/expected-avc does not list (a USER_AVC too)
+#     fails though its suite passed.
 #  3. One run at a time (issue 50): run-tests.sh refuses to start while another run holds the
 #     lock, or while a VM or container is up (a process named as QEMU stands in for one), exit 2.
 #  4. Nothing left behind: run-tests.sh interrupted while its VM runs, by ^C (INT to its process
@@ -35,10 +37,24 @@ rm -f "$log.suite"
 expect "a suite that fails returns its own status" "$rc" 3
 expect "and is not retried" "$(grep -c '^VM-BOOT-RETRY' "$log")" 0
 
+# An unlisted USER_AVC in a boot's audit log (planted as dbus-daemon writes one: no comm=, the
+# program as exe= inside msg='...') fails the boot whose suite passed (issue 63: the gate read
+# kernel AVCs alone).
+cat >"$log.avc" <<'SUITE'
+echo "type=USER_AVC msg=audit(1733349000.200:457): pid=310 uid=101 auid=4294967295 ses=4294967295 subj=system_u:system_r:system_dbusd_t:s0-s0:c0.c1023 msg='avc:  denied  { send_msg } for msgtype=method_call interface=org.nodectl.Agent1 member=Converge dest=org.nodectl.Agent1 spid=812 tpid=640 scontext=system_u:system_r:harness_planted_t:s0 tcontext=system_u:system_r:initrc_t:s0 tclass=dbus permissive=0  exe=\"/usr/bin/dbus-daemon\" sauid=101 hostname=? addr=? terminal=?'" >>/var/log/audit/audit.log
+exit 0
+SUITE
+VM_BOOT_TIMEOUT=60 tests/vm/run-in-vm.sh "$log.avc" >/dev/null 2>"$log"
+rc=$?
+rm -f "$log.avc"
+expect "a boot with an unlisted USER_AVC fails though its suite passed (exit 1)" "$rc" 1
+check "the gate names it (dbus-daemon's send_msg from the planted domain)" grep -q 'harness_planted_t initrc_t dbus dbus-daemon send_msg' "$log"
+
 # 3. The lock and the start-up check, on a lock of the test's own (the run this test is part of
-# holds the real one). TIERS=none: a run that failed to refuse would do nothing much.
+# holds the real one). TIERS=probe with no image: a run that failed to refuse would do nothing
+# much (its VM cannot start).
 lk=$log.d/lock
-out=$(flock -n "$lk" env -u NODECTL_RUN_LOCKED NODECTL_TEST_LOCK="$lk" TIERS=none tests/run-tests.sh 2>&1)
+out=$(flock -n "$lk" env -u NODECTL_RUN_LOCKED NODECTL_TEST_LOCK="$lk" TIERS=probe VM_CACHE="$log.d/no-image" tests/run-tests.sh 2>&1)
 rc=$?
 expect "a run started while another holds the lock refuses (exit 2)" "$rc" 2
 check "it says another run holds the lock" grep -q 'another test run holds' <<<"$out"
@@ -46,7 +62,7 @@ cp /bin/sleep "$log.d/qemu-system-x86_64"
 "$log.d/qemu-system-x86_64" 120 &
 fake=$!
 for _ in $(seq 50); do [ "$(cat /proc/$fake/comm 2>/dev/null)" = qemu-system-x86 ] && break; sleep 0.1; done
-out=$(env -u NODECTL_RUN_LOCKED NODECTL_TEST_LOCK="$lk" TIERS=none tests/run-tests.sh 2>&1)
+out=$(env -u NODECTL_RUN_LOCKED NODECTL_TEST_LOCK="$lk" TIERS=probe VM_CACHE="$log.d/no-image" tests/run-tests.sh 2>&1)
 rc=$?
 kill "$fake" 2>/dev/null; wait "$fake" 2>/dev/null
 expect "a run started while a VM is up refuses (exit 2)" "$rc" 2

@@ -50,4 +50,5 @@ pub mod jobs;
 pub mod kubelet;
 pub mod memo;
 pub mod render;
+pub mod state;
 pub mod systemd;

@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::systemd::UnitState;
+use crate::state::UnitState;
 
 /// How long an answer is reused.
 pub const MEMO_TTL: Duration = Duration::from_secs(1);

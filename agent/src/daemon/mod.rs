@@ -16,6 +16,7 @@ mod node_status;
 mod pass;
 mod reboots;
 mod shared;
+mod verbs;
 mod watcher;
 
 use std::path::PathBuf;

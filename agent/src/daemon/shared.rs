@@ -197,7 +197,7 @@ impl crate::dbus::Backend for Shared {
         verb: crate::dbus::RebootVerb,
     ) -> BoxFuture<'_, zbus::fdo::Result<String>> {
         async move {
-            super::reboots::operator_verb(self.coordinator()?, verb)
+            super::verbs::operator_verb(self.coordinator()?, verb)
                 .await
                 .map_err(zbus::fdo::Error::Failed)
         }

@@ -13,24 +13,14 @@
 //! - after a failed request, again after a capped, jittered backoff (2 s doubling to 5 min) or
 //!   at the heartbeat when retrying sooner would not help.
 
-use futures_util::future::BoxFuture;
-
 use super::condition::{self, Condition, ConditionReport};
-use super::report::{self, ReportError};
+use super::report::{self, NodeWrites, ReportError};
 use super::Status;
 
 /// A condition whose message alone changed is written at most this often (seconds).
 pub const MESSAGE_MIN_INTERVAL: u64 = 60;
 const BACKOFF_FIRST: u64 = 2;
 const BACKOFF_MAX: u64 = 300;
-
-/// The two writes nodectld makes to its Node.
-pub trait NodeWrites: Send {
-    /// `PATCH nodes/<name>/status` (strategic merge) with `body`.
-    fn patch_status(&mut self, body: serde_json::Value) -> BoxFuture<'_, Result<(), ReportError>>;
-    /// `PATCH nodes/<name>` (JSON merge) with `body`.
-    fn patch_meta(&mut self, body: serde_json::Value) -> BoxFuture<'_, Result<(), ReportError>>;
-}
 
 /// The heartbeat after a write at `jitter` (0..1): `every` less up to a tenth of it.
 pub fn heartbeat_interval(every: u64, jitter: f64) -> u64 {
@@ -217,6 +207,7 @@ fn log_sent(last: Option<&ConditionReport>, want: &Condition, node: &str) {
 mod tests {
     use super::*;
     use crate::engine::{StepReport, StepState};
+    use futures_util::future::BoxFuture;
     use serde_json::Value;
 
     /// Records the writes; fails them while `fail` holds an error.

@@ -13,10 +13,17 @@ use kube::api::{Api, Patch, PatchParams};
 use serde_json::{json, Value};
 
 use super::condition::{Condition, CONDITION_TYPE};
-use super::heartbeat::NodeWrites;
 use super::Credentials;
 use crate::root::Root;
 use crate::util::time::rfc3339;
+
+/// The two writes nodectld makes to its Node.
+pub trait NodeWrites: Send {
+    /// `PATCH nodes/<name>/status` (strategic merge) with `body`.
+    fn patch_status(&mut self, body: serde_json::Value) -> BoxFuture<'_, Result<(), ReportError>>;
+    /// `PATCH nodes/<name>` (JSON merge) with `body`.
+    fn patch_meta(&mut self, body: serde_json::Value) -> BoxFuture<'_, Result<(), ReportError>>;
+}
 
 /// One request's bound (connect, TLS, the answer).
 const TIMEOUT: Duration = Duration::from_secs(10);
