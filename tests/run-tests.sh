@@ -59,9 +59,10 @@ if [ -n "${NODECTL_BLESS+x}" ]; then
   echo "NODECTL_BLESS is set: cleared for this run (the tests compare against the golden files; bless with tests/bless.sh)" >&2
   unset NODECTL_BLESS
 fi
-# VM_SUITES: tier 3's suites (one boot, in this order); powercut.sh and harness run when named
+# VM_SUITES: tier 3's suites (one boot, in this order); reboot.sh, powercut.sh and harness (VM
+# sessions of their own) run when named
 # or when VM_SUITES is unset, e.g. VM_SUITES=controller.sh TIERS=3 for that suite alone.
-ALL_VM_SUITES="node.sh secrets.sh kubelet.sh controller.sh typhoon.sh sysext.sh flatcar.sh crash.sh bench.sh powercut.sh harness"
+ALL_VM_SUITES="node.sh secrets.sh kubelet.sh controller.sh typhoon.sh sysext.sh flatcar.sh crash.sh bench.sh reboot.sh powercut.sh harness"
 VM_SUITES=${VM_SUITES:-$ALL_VM_SUITES}
 for s in $VM_SUITES; do
   [[ " $ALL_VM_SUITES " == *" $s "* ]] || { echo "VM_SUITES: no suite '$s' (of: $ALL_VM_SUITES)" >&2; exit 2; }
@@ -313,6 +314,16 @@ if [[ " $TIERS " == *" 3 "* ]]; then
       2> >(tee "$stage/vm.stderr" >&2)
     record 3 $?
     echo "(tier 3 suites took $((SECONDS - start)) s)"
+  fi
+  if vm_suite reboot.sh; then
+    rstart=$SECONDS
+    # Flatcar's reboot for an update through one real reboot (reboot.sh): the update_engine
+    # follower on the real system bus, the real logind, the slot back after a new boot id; a
+    # VM session of its own that reboots once (two boots, ~2-3 min).
+    VM_REBOOT=1 VM_TIMEOUT=900 bg tests/vm/run-in-vm.sh tests/vm/suites/reboot.sh "$stage"/* \
+      2> >(tee -a "$stage/vm.stderr" >&2)
+    record 3-reboot $?
+    echo "(tier 3-reboot took $((SECONDS - rstart)) s)"
   fi
   if vm_suite powercut.sh; then
     pstart=$SECONDS

@@ -1,8 +1,12 @@
 //! Tier 1, Flatcar: a test service on a private bus stands in for update_engine
-//! (`com.coreos.update1`: GetStatus, the StatusUpdate signal) and logind (`Reboot`). When it
-//! signals `UPDATE_STATUS_UPDATED_NEED_REBOOT`, nodectl waits for a slot of the group's Lease
-//! (held by another node at first), drains through the API double, and reboots through logind;
-//! after the boot it releases the slot once the Node is Ready.
+//! (`com.coreos.update1`: GetStatus, the StatusUpdate signal) and logind (`Reboot`). Until it
+//! signals `UPDATE_STATUS_UPDATED_NEED_REBOOT` nothing happens, with the group's slot free (no
+//! slot taken, no cordon, no reboot: a follower that reacted to another status would take it);
+//! then nodectl waits for a slot of the group's Lease (held by another node by then), drains
+//! through the API double, and reboots through logind; after the boot it releases the slot once
+//! the Node is Ready. When logind refuses the reboot, the node keeps its slot and its cordon and
+//! asks logind again (the follower used to end for good). Under the shipped Lease policy (the
+//! double's default).
 
 mod common;
 
@@ -27,13 +31,23 @@ impl FakeUpdateEngine {
     }
 }
 
-struct FakeLogind(Arc<AtomicU32>);
+/// logind: counts the `Reboot` calls it took in `.0`, and refuses the first `.1` calls (as
+/// logind refuses one it may not do: `AccessDenied`), counting them down.
+struct FakeLogind(Arc<AtomicU32>, Arc<AtomicU32>);
 
 #[zbus::interface(name = "org.freedesktop.login1.Manager")]
 impl FakeLogind {
-    fn reboot(&self, interactive: bool) {
+    fn reboot(&self, interactive: bool) -> zbus::fdo::Result<()> {
         assert!(!interactive, "nodectl reboots non-interactively");
+        let refuse = self.1.load(Ordering::SeqCst);
+        if refuse > 0 {
+            self.1.store(refuse - 1, Ordering::SeqCst);
+            return Err(zbus::fdo::Error::AccessDenied(
+                "Operation not permitted (the test's logind refuses)".into(),
+            ));
+        }
         self.0.fetch_add(1, Ordering::SeqCst);
+        Ok(())
     }
 }
 
@@ -82,16 +96,11 @@ async fn an_update_waiting_for_reboot_takes_a_slot_drains_and_reboots_through_lo
     api.set_node("flatcar-1", true);
     api.set_node("flatcar-2", true);
     api.add_pod("apps", "web-1", "flatcar-1", PodKind::Plain);
-    // Another node reboots first: it holds the group's only slot.
     let other = LeaseLock::new(
         client(&api, "system:node:flatcar-2").await,
         "nodectl-reboot",
         "default",
     );
-    other
-        .modify(|s| s.acquire("flatcar-2", "flatcar-2", "boot-2", now(), 1))
-        .await
-        .unwrap();
 
     let coordinator = flatcar_1(&api, None).await;
     let (follower, agent_conn) = flatcar_1_follower(&bus.address, &coordinator).await;
@@ -100,9 +109,19 @@ async fn an_update_waiting_for_reboot_takes_a_slot_drains_and_reboots_through_lo
     let conn = agent_conn.clone();
     let run = tokio::spawn(async move { f.run(&conn).await });
 
-    // Idle: nothing happens until update_engine says a reboot is needed.
+    // Idle, the group's slot free: nothing happens until update_engine says a reboot is needed,
+    // whatever else it says on the way (update_engine's statuses before NEED_REBOOT).
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(reboots.load(Ordering::SeqCst), 0);
+    for op in [
+        "UPDATE_STATUS_CHECKING_FOR_UPDATE",
+        "UPDATE_STATUS_UPDATE_AVAILABLE",
+        "UPDATE_STATUS_DOWNLOADING",
+        "UPDATE_STATUS_VERIFYING",
+        "UPDATE_STATUS_FINALIZING",
+        "UPDATE_STATUS_REPORTING_ERROR_EVENT",
+    ] {
+        status_update(&service, &(1i64, 0.5f64, op, "4152.2.0", 123i64)).await;
+    }
     // Signals that do not decode, or carry a huge version, are skipped: the follower goes on.
     status_update(&service, &("not", "the", "signature")).await;
     let huge = "9".repeat(1 << 20);
@@ -117,9 +136,28 @@ async fn an_update_waiting_for_reboot_takes_a_slot_drains_and_reboots_through_lo
         ),
     )
     .await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(!run.is_finished(), "a bad signal ended the follower");
     assert_eq!(reboots.load(Ordering::SeqCst), 0);
+    assert!(
+        !other.read().await.unwrap().holds("flatcar-1"),
+        "a slot taken before update_engine said a reboot is needed"
+    );
+    assert!(
+        api.node("flatcar-1").unwrap()["spec"]["unschedulable"].is_null(),
+        "cordoned before update_engine said a reboot is needed"
+    );
+    assert_eq!(
+        api.pods_on("flatcar-1"),
+        ["web-1"],
+        "drained before it was needed"
+    );
+    assert_eq!(coordinator.status().state, "idle");
+    // Another node reboots first: it holds the group's only slot.
+    other
+        .modify(|s| s.acquire("flatcar-2", "flatcar-2", "boot-2", now(), 1))
+        .await
+        .unwrap();
     status_update(&service, &(1i64, 1.0f64, NEED_REBOOT, "4152.2.0", 123i64)).await;
     // The slot is busy: it waits, without rebooting (polled for: a fixed sleep is a race on
     // a loaded machine).
@@ -327,11 +365,68 @@ async fn update_engine_coming_on_the_bus_with_an_update_installed_is_asked_and_t
     rebooted_once(run, &reboots, &coordinator).await;
 }
 
+/// logind refuses the reboot (twice): the follower does not end; the node keeps its slot and
+/// its cordon (it is drained: giving the slot back would let another node reboot while this
+/// one cannot), says why in its status, and asks logind again, which then reboots it once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logind_refusing_the_reboot_keeps_the_slot_and_the_cordon_and_is_asked_again() {
+    let bus = common::Bus::start();
+    let reboots = Arc::new(AtomicU32::new(0));
+    let _logind = refusing_logind(&bus.address, &reboots, 2).await;
+    let _installed = fake_update_engine(&bus.address, NEED_REBOOT).await.unwrap();
+    let api = Double::start(Options::default()).await.unwrap();
+    api.set_node("flatcar-1", true);
+    let coordinator = flatcar_1(&api, None).await;
+    let lease = LeaseLock::new(
+        client(&api, "system:node:flatcar-2").await,
+        "nodectl-reboot",
+        "default",
+    );
+    let run = tokio::spawn(follow(bus.address.clone(), coordinator.clone()));
+    // the first refusal: still running, slot held, cordoned, the reason in its status
+    let t = std::time::Instant::now();
+    while !coordinator
+        .status()
+        .detail
+        .contains("logind refused the reboot")
+    {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "no refusal seen: {:?}",
+            coordinator.status()
+        );
+        assert!(!run.is_finished(), "the follower ended");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(!run.is_finished(), "the follower ended at logind's refusal");
+    assert_eq!(reboots.load(Ordering::SeqCst), 0);
+    assert_eq!(coordinator.status().state, "rebooting");
+    assert!(
+        lease.read().await.unwrap().holds("flatcar-1"),
+        "the slot given back"
+    );
+    assert_eq!(
+        api.node("flatcar-1").unwrap()["spec"]["unschedulable"],
+        true
+    );
+    // asked again (100 ms, then 200 ms): the third call reboots, once
+    rebooted_once(run, &reboots, &coordinator).await;
+    assert!(lease.read().await.unwrap().holds("flatcar-1"));
+}
+
 /// logind on the bus at `address`, counting its Reboot calls in `reboots`.
 async fn fake_logind(address: &str, reboots: &Arc<AtomicU32>) -> zbus::Connection {
+    refusing_logind(address, reboots, 0).await
+}
+
+/// As [`fake_logind`], refusing the first `refuse` Reboot calls.
+async fn refusing_logind(address: &str, reboots: &Arc<AtomicU32>, refuse: u32) -> zbus::Connection {
     zbus::connection::Builder::address(address)
         .name("org.freedesktop.login1")
-        .serve_at("/org/freedesktop/login1", FakeLogind(reboots.clone()))
+        .serve_at(
+            "/org/freedesktop/login1",
+            FakeLogind(reboots.clone(), Arc::new(AtomicU32::new(refuse))),
+        )
         .build()
         .await
         .unwrap()

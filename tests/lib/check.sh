@@ -14,6 +14,20 @@ check() {
   [ -n "$out" ] && printf '%s\n' "$out" | sed 's/^/  | /' | head -60
   if [ $rc = 0 ]; then pass "$name"; else fail "$name (exit $rc)"; fi
 }
+# setup NAME COMMAND...: an assert of the test's own setup (what it installed or wrote itself),
+# not of nodectl: no result, so not counted as passed; when it does not hold, the suite fails
+# ("FAIL setup: NAME"), since what follows would test something else.
+setup() {
+  local name=$1; shift
+  local out rc
+  out=$("$@" 2>&1); rc=$?
+  if [ $rc = 0 ]; then
+    echo "  | setup: $name"
+  else
+    [ -n "$out" ] && printf '%s\n' "$out" | sed 's/^/  | /' | head -20
+    fail "setup: $name (exit $rc)"
+  fi
+}
 # expect NAME ACTUAL EXPECTED
 expect() {
   if [ "$2" = "$3" ]; then pass "$1 ($2)"; else fail "$1: got '$2', want '$3'"; fi

@@ -188,6 +188,15 @@ exec 3<>/dev/tcp/127.0.0.1/"${3:-9455}" || exit 1
 printf 'POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nfleet-lock-protocol: true\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s' "$1" "${#body}" "$body" >&3
 cat <&3
 CLIENT
+# unschedulable NODE: the Node's spec.unschedulable as an administrator reads it (false when
+# unset), or "error: HTTP <code>" when the read was no 200: a 403 or 404 Status body has no
+# spec, which `// false` would read as "not cordoned" (issue 63).
+unschedulable() {
+  local out
+  out=$(python3 /test/kube-admin.py /root/admin-kubeconfig GET "/api/v1/nodes/$1")
+  [ "$(head -1 <<<"$out")" = 200 ] || { echo "error: HTTP $(head -1 <<<"$out")"; return; }
+  tail -n +2 <<<"$out" | jq -r '.spec.unschedulable // false'
+}
 fleetlock() { # PATH ID [PORT] -> the HTTP response; in zincati.service, as Zincati runs
   local u=${AS:-zincati}
   if [ -n "${OUTSIDE:-}" ]; then  # (the uid only, outside the unit)
@@ -252,7 +261,8 @@ rm /etc/nodectl/config.d/30-reboot.toml
 check "strategy off (the drop-in removed): coordination stops" wait_until 10 sh -c \
   'nodectl status --json | jq -e ".reboot == null"'
 check "and the endpoint is gone" sh -c '! (exec 3<>/dev/tcp/127.0.0.1/9456) 2>/dev/null'
-check "and the metrics have no reboot state" sh -c '! grep -q nodectl_reboot_state /run/nodectl/metrics/nodectl.prom'
+check "and the metrics have no reboot state (the file there, written)" sh -c \
+  'grep -q "^nodectl_" /run/nodectl/metrics/nodectl.prom && ! grep -q nodectl_reboot_state /run/nodectl/metrics/nodectl.prom'
 
 echo "## FleetLock's port held by systemd (nodectld.socket): nobody else takes it while nodectld is down"
 # What the shipped Fedora CoreOS configs give a node: Zincati told to ask nodectld (the socket's
@@ -340,7 +350,7 @@ check "it ran as a unit of its own, nodectl-pre-reboot-1-<ms>.service (systemd's
 check "the journal line carries the blocked MESSAGE_ID and the check's gate" sh -c \
   'journalctl -u nodectld.service -o json MESSAGE_ID=be6f708192a3446b9c37e8f90a1b2cd5 | jq -e -s "map(select(.GATE == \"pre-reboot\")) | length > 0" >/dev/null'
 expect "the node is not cordoned (its Node, as the API double has it)" \
-  "$(python3 /test/kube-admin.py /root/admin-kubeconfig GET /api/v1/nodes/worker-1 | tail -n +2 | jq -r '.spec.unschedulable // false')" false
+  "$(unschedulable worker-1)" false
 check "and no reboot was asked for" test ! -s /run/fake-logind.log
 # a shutdown inhibitor held by a job: the reboot waits for it too (reboot.wait_for_inhibitors);
 # passing checks before and after, with the phase and the node in their environment
@@ -473,9 +483,12 @@ check "update_engine starts (Type=dbus: active once it owns com.coreos.update1)"
 check "nodectld sees it on the bus and asks its status: idle" wait_until 10 sh -c \
   'journalctl -u nodectld.service -o cat -n 30 | grep -q "update_engine.s status: UPDATE_STATUS_IDLE"'
 out=$(setpriv --reuid=65534 --regid=65534 --clear-groups busctl call com.coreos.update1 /com/coreos/update1 com.coreos.update1.Manager GetStatus 2>&1)
-check "nobody may call it (its bus policy: $out)" grep -qiE 'access ?denied' <<<"$out"
+# (the policy is this suite's own copy of update_engine's: a setup assert, not nodectld's result;
+# nodectld's part is the status it asked as root, above)
+setup "the stand-in's bus policy, written here: uid 65534 may not call it ($out)" grep -qiE 'access ?denied' <<<"$out"
 expect "no reboot yet" "$(reboots)" "$base"
 # update_engine_client -check_for_update: AttemptUpdate; the update found, downloaded, installed
+ue_cursor=$(journalctl -n 0 --show-cursor -q | sed -n 's/^-- cursor: //p')
 check "an update is attempted (AttemptUpdate, as update_engine_client -check_for_update)" \
   busctl call com.coreos.update1 /com/coreos/update1 com.coreos.update1.Manager AttemptUpdate
 check "UPDATED_NEED_REBOOT: the slot is taken, the node drained, logind asked to reboot" wait_until 30 sh -c \
@@ -487,10 +500,22 @@ status=$(nodectl status --json)
 check "the slot was this node's and it drained first (status: $(jq -c '.reboot | {state, detail}' <<<"$status"))" jq -e \
   '(.reboot.state == "rebooting") and (.reboot.detail | startswith("drained")) and (.reboot.holders[0].node == "worker-1")' <<<"$status"
 expect "the Node cordoned (the drain's)" \
-  "$(python3 /test/kube-admin.py /root/admin-kubeconfig GET /api/v1/nodes/worker-1 | tail -n +2 | jq -r '.spec.unschedulable // false')" true
+  "$(unschedulable worker-1)" true
+# Order (the journal's monotonic clock): update_engine says UPDATED_NEED_REBOOT, and only then
+# does nodectld say an update waits (with the version), drain and grant the reboot. update_engine said
+# UPDATE_AVAILABLE, DOWNLOADING, VERIFYING and FINALIZING with the same version 200 ms apart
+# before it: a follower that reacted to one of them would log and drain about a second early.
 # (-s: jq 1.6's -e says whether the last input gave a result, not whether any did)
-check "the journal names the version update_engine installed" sh -c \
-  'journalctl -u nodectld.service -o json | jq -e -s "map(select(.MESSAGE == \"update_engine: an update waits for a reboot\" and .VERSION == \"3975.2.1\")) | length > 0" >/dev/null'
+t_need=$(journalctl --after-cursor "$ue_cursor" -u update-engine.service -o json | jq -s -r \
+  'map(select(.MESSAGE == "fake-update-engine: UPDATE_STATUS_UPDATED_NEED_REBOOT 0")) | .[0].__MONOTONIC_TIMESTAMP // "none"')
+[[ $t_need =~ ^[0-9]+$ ]] || t_need=-1
+order=$(journalctl --after-cursor "$ue_cursor" -u nodectld.service -o json | jq -s -c \
+  '{waits: (map(select(.MESSAGE == "update_engine: an update waits for a reboot")) | map({t: (.__MONOTONIC_TIMESTAMP | tonumber), v: .VERSION})),
+    grants: (map(select(.MESSAGE | tostring | startswith("reboot granted"))) | map(.__MONOTONIC_TIMESTAMP | tonumber))}')
+echo "  | update_engine NEED_REBOOT at ${t_need} us; nodectld: $order"
+check "the journal names the version, only after update_engine said NEED_REBOOT (and the drained reboot's grant after it)" jq -e --argjson n "$t_need" \
+  '$n >= 0 and (.waits | length > 0) and all(.waits[]; .t >= $n and .v == "3975.2.1")
+   and (.grants | length > 0) and all(.grants[]; . >= $n)' <<<"$order"
 # the boot: /run is empty (update_engine's marker gone), update_engine starts idle in the new
 # version, nodectld starts anew
 flatcar_boot() {
@@ -503,7 +528,7 @@ flatcar_boot() {
 check "a boot" flatcar_boot
 slot_back "after the boot the slot goes back once kubelet is active and the Node Ready"
 expect "the Node schedulable again" \
-  "$(python3 /test/kube-admin.py /root/admin-kubeconfig GET /api/v1/nodes/worker-1 | tail -n +2 | jq -r '.spec.unschedulable // false')" false
+  "$(unschedulable worker-1)" false
 expect "and no second reboot" "$(reboots)" $((base + 1))
 # update_engine restarted with an update installed (its marker): it says so by its status only,
 # no signal; nodectld asks it when it is on the bus again
@@ -567,7 +592,8 @@ nodectl status --json | jq -r '.steps[] | .error // .detail // empty' | grep kub
 check "no token in status (JSON)" sh -c '! nodectl status --json | grep -q 0123456789abcdef'
 check "no token in status (text)" sh -c '! nodectl status | grep -q 0123456789abcdef'
 check "no token in nodectld's journal" sh -c '! journalctl -u nodectld -o verbose | grep -q 0123456789abcdef'
-check "no token in the metrics" sh -c '! grep -q 0123456789abcdef /run/nodectl/metrics/nodectl.prom'
+check "no token in the metrics (the file there, written)" sh -c \
+  'grep -q "^nodectl_" /run/nodectl/metrics/nodectl.prom && ! grep -q 0123456789abcdef /run/nodectl/metrics/nodectl.prom'
 mv /root/kubeconfig.good /etc/kubernetes/kubeconfig
 nodectl converge >/dev/null
 

@@ -83,6 +83,8 @@ pub fn logind_reboot(conn: zbus::Connection) -> Reboot {
 /// A node waiting for a slot asks again at a random time up to this long after it saw one
 /// freed (the fleet waiting with it does not ask at once; issue 40).
 pub const SLOT_JITTER: Duration = Duration::from_secs(20);
+/// The longest wait before logind is asked again after it refused a reboot.
+pub const REFUSED_MAX: Duration = Duration::from_secs(3600);
 /// How long one watch of the reboot Lease lasts (less up to a fifth) before the slot is asked
 /// for again (when stale holders are reclaimed: a reclaim comes up to this long after
 /// `reboot.stale_after_secs`, an hour by default).
@@ -131,7 +133,10 @@ impl Follower {
 
     /// As [`Follower::reboot_for_update`], for the updater or an operator
     /// (`nodectl reboot now`).
+    /// When logind refuses the reboot, it is asked again (after the slot and the drain are
+    /// confirmed again: both still this node's), `retry` later, doubling up to an hour.
     pub async fn reboot_as(&self, ask: Ask) -> anyhow::Result<()> {
+        let mut refused = self.retry;
         loop {
             match self.coordinator.pre_reboot_as(&self.params, ask).await {
                 Ok(msg) => {
@@ -145,7 +150,23 @@ impl Follower {
                         message_id = crate::logging::ids::REBOOT_GRANTED,
                         "{msg}; rebooting through logind"
                     );
-                    return (self.reboot)().await;
+                    match (self.reboot)().await {
+                        Ok(()) => return Ok(()),
+                        Err(e) => {
+                            // (the follower once ended here: the node stayed drained, cordoned
+                            // and holding its group's slot, and nothing asked again until
+                            // nodectld restarted)
+                            let why = format!(
+                                "logind refused the reboot ({}); the slot stays held and the node cordoned; asking again in {} s",
+                                bounded(&format!("{e:#}")),
+                                refused.as_secs()
+                            );
+                            tracing::error!("{why}");
+                            self.coordinator.note_reboot_refused(&why);
+                            tokio::time::sleep(refused).await;
+                            refused = (refused * 2).min(REFUSED_MAX);
+                        }
+                    }
                 }
                 Err(r) if r.kind == "lock_held" => {
                     // every slot held: watch the Lease until one is free (no reads meanwhile),

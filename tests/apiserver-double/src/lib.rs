@@ -51,6 +51,7 @@ mod events;
 mod faults;
 mod nodes;
 mod paging;
+mod persist;
 mod pods;
 
 pub use faults::Fault;
@@ -82,8 +83,17 @@ pub struct Options {
     pub ca_key_pem: Option<String>,
     /// The ValidatingAdmissionPolicy of `packaging/kubernetes/reboot-lease-policy.yaml` is
     /// installed: a node may add, change or remove only its own reboot slot entry
-    /// (`<node>.reboot-holders.nodectl.io/slot`) in a Lease.
+    /// (`<node>.reboot-holders.nodectl.io/slot`) in a Lease. On by default, as the shipped
+    /// manifests install it; a test that turns it off says why.
     pub reboot_lease_policy: bool,
+    /// The namespace the shipped RBAC names for the reboot Leases (its Role and RoleBinding,
+    /// and the policy's binding, `packaging/kubernetes/`): a node may use Leases there and in
+    /// no other namespace (RBAC's 403), and the policy binds there. An operator who sets
+    /// `reboot.namespace` applies the manifests to that namespace: set it here alike.
+    pub reboot_namespace: String,
+    /// Keep Leases, Nodes and pods in this file across restarts (`persist.rs`): read at start,
+    /// written after each write request.
+    pub state_file: Option<std::path::PathBuf>,
     /// The signer's clock is this far ahead of the node's: issued certificates are valid from
     /// `now + clock_ahead - 5 s` (kube-controller-manager's signer backdates by 5 minutes at most,
     /// pkg/controller/certificates/authority/authority.go `Sign`; a skewed clock does the rest).
@@ -97,7 +107,9 @@ impl Default for Options {
             signing_duration: Duration::from_secs(72 * 3600),
             approval: Approval::Auto,
             ca_key_pem: None,
-            reboot_lease_policy: false,
+            reboot_lease_policy: true,
+            reboot_namespace: "nodectl-reboot".into(),
+            state_file: None,
             clock_ahead: Duration::ZERO,
         }
     }
@@ -316,6 +328,7 @@ impl Double {
         )
         .allow_unauthenticated()
         .build()?;
+        let state_file = opts.state_file.clone();
         let (events, _) = broadcast::channel(1024);
         let (drop_watches, _) = broadcast::channel(16);
         let (close_connections, _) = broadcast::channel(16);
@@ -350,6 +363,9 @@ impl Double {
             ca_key,
             ca_params,
         });
+        if let Some(p) = &state_file {
+            persist::load(&mut inner.state.lock().expect("state"), p)?;
+        }
         // The serving certificate, for 127.0.0.1 and localhost.
         let srv_key = rcgen::KeyPair::generate()?;
         let mut srv =
@@ -819,8 +835,18 @@ async fn handle(inner: Arc<Inner>, peer: Option<Vec<u8>>, req: Req) -> Response<
     route(inner, user, req).await
 }
 
-/// What the API server answers `user` (authenticated) for `req`.
+/// What the API server answers `user` (authenticated) for `req`; with a state file, the
+/// objects kept after a request that may have written.
 async fn route(inner: Arc<Inner>, user: User, req: Req) -> Response<Body> {
+    let writes = req.method() != Method::GET;
+    let resp = answer(inner.clone(), user, req).await;
+    if writes {
+        persist::after_write(&inner);
+    }
+    resp
+}
+
+async fn answer(inner: Arc<Inner>, user: User, req: Req) -> Response<Body> {
     let path = req.uri().path().to_string();
     {
         let mut st = inner.state.lock().expect("state");
@@ -929,6 +955,19 @@ async fn route(inner: Arc<Inner>, user: User, req: Req) -> Response<Body> {
                 .get("fieldSelector")
                 .and_then(|f| f.strip_prefix("spec.nodeName="))
                 .map(String::from);
+            // The Node authorizer (plugin/pkg/auth/authorizer/node/node_authorizer.go, with
+            // AuthorizeNodeWithSelectors, on by default since 1.32: KEP-4601) lets a node list
+            // pods only with the field selector spec.nodeName=<itself>; RBAC grants nodes no
+            // pod list (packaging/kubernetes/rbac.yaml says so).
+            if let Some(me) = node_of(&user) {
+                if node.as_deref() != Some(me) {
+                    return fail(
+                        StatusCode::FORBIDDEN,
+                        "Forbidden",
+                        &format!("pods is forbidden: User \"{}\" cannot list resource \"pods\" in API group \"\" at the cluster scope: can only list/watch pods with spec.nodeName field selector", user.name),
+                    );
+                }
+            }
             let st = inner.state.lock().expect("state");
             let items: Vec<Value> = st
                 .pods
@@ -958,12 +997,23 @@ async fn route(inner: Arc<Inner>, user: User, req: Req) -> Response<Body> {
             };
             let mut st = inner.state.lock().expect("state");
             let key = (ns, name.clone());
-            if !st.pods.contains_key(&key) {
+            let Some(pod) = st.pods.get(&key) else {
                 return fail(
                     StatusCode::NOT_FOUND,
                     "NotFound",
                     &format!("pods \"{name}\" not found"),
                 );
+            };
+            // NodeRestriction (plugin/pkg/admission/noderestriction/admission.go
+            // `admitPodEviction`): a node evicts only pods bound to itself.
+            if let Some(me) = node_of(&user) {
+                if pod["spec"]["nodeName"].as_str() != Some(me) {
+                    return fail(
+                        StatusCode::FORBIDDEN,
+                        "Forbidden",
+                        &format!("pods \"{name}\" is forbidden: node \"{me}\" can only evict pods with spec.nodeName set to itself"),
+                    );
+                }
             }
             if st.protected.contains(&key) {
                 // Upstream's answer when a PodDisruptionBudget does not allow the disruption.
@@ -1026,6 +1076,19 @@ fn json_of(body: &[u8], what: &str) -> Result<Value, Box<Response<Body>>> {
             &format!("{what} is not JSON"),
         ))
     })
+}
+
+/// The node a user is to the Node authorizer and NodeRestriction: a member of `system:nodes`
+/// (and not `system:masters`) named `system:node:<name>`; `Some("")` for a member of
+/// `system:nodes` with another name, which both refuse everything node-scoped
+/// (plugin/pkg/auth/nodeidentifier/default.go `NodeIdentity`).
+fn node_of(u: &User) -> Option<&str> {
+    if u.groups.iter().any(|g| g == "system:masters")
+        || !u.groups.iter().any(|g| g == "system:nodes")
+    {
+        return None;
+    }
+    Some(u.name.strip_prefix("system:node:").unwrap_or(""))
 }
 
 fn is_node_or_admin(u: &User) -> bool {
@@ -1233,7 +1296,11 @@ async fn leases(inner: &Arc<Inner>, user: &User, req: Req, path: &str) -> Respon
         );
     }
     let method = req.method().clone();
-    // The shipped Role's verbs (RBAC: a node is allowed no other on Leases).
+    let (policy, reboot_ns) = {
+        let o = inner.opts.lock().expect("opts");
+        (o.reboot_lease_policy, o.reboot_namespace.clone())
+    };
+    let admin = user.groups.iter().any(|g| g == "system:masters");
     let verb = match (&method, &name) {
         (&Method::GET, None)
             if req
@@ -1251,7 +1318,9 @@ async fn leases(inner: &Arc<Inner>, user: &User, req: Req, path: &str) -> Respon
         (&Method::DELETE, _) => "delete",
         _ => "",
     };
-    if !user.groups.iter().any(|g| g == "system:masters") && !LEASE_VERBS.contains(&verb) {
+    // The shipped Role's verbs, in the one namespace its RoleBinding is in (RBAC: a node is
+    // allowed no other verb on Leases, and none in another namespace).
+    if !admin && (!LEASE_VERBS.contains(&verb) || ns != reboot_ns) {
         return fail(
             StatusCode::FORBIDDEN,
             "Forbidden",
@@ -1284,7 +1353,6 @@ async fn leases(inner: &Arc<Inner>, user: &User, req: Req, path: &str) -> Respon
         )
     };
     let creating = method == Method::POST;
-    let policy = inner.opts.lock().expect("opts").reboot_lease_policy;
     let mut st = inner.state.lock().expect("state");
     match (method, name) {
         (Method::GET, None) => {
@@ -1337,9 +1405,20 @@ async fn leases(inner: &Arc<Inner>, user: &User, req: Req, path: &str) -> Respon
                 }
                 (None, false) => return not_found(&n),
                 (Some(cur), false) => {
-                    // No resourceVersion: an unconditional update, as upstream allows.
+                    // No resourceVersion: refused. Upstream's Lease strategy has
+                    // AllowUnconditionalUpdate() == false (pkg/registry/coordination/lease/
+                    // strategy.go), and the generic store then answers 422 (apiserver's
+                    // pkg/registry/generic/registry/store.go `Update`): a writer that
+                    // dropped the version would otherwise overwrite a slot another node took.
                     let rv = &obj["metadata"]["resourceVersion"];
-                    if !rv.is_null() && *rv != cur["metadata"]["resourceVersion"] {
+                    if rv.is_null() || rv.as_str().is_some_and(str::is_empty) {
+                        return fail(
+                            StatusCode::UNPROCESSABLE_ENTITY,
+                            "Invalid",
+                            &format!("leases.coordination.k8s.io \"{n}\" is invalid: metadata.resourceVersion: Invalid value: 0x0: must be specified for an update"),
+                        );
+                    }
+                    if *rv != cur["metadata"]["resourceVersion"] {
                         return fail(
                             StatusCode::CONFLICT,
                             "Conflict",
@@ -1349,8 +1428,8 @@ async fn leases(inner: &Arc<Inner>, user: &User, req: Req, path: &str) -> Respon
                 }
                 (None, true) => {}
             }
-            // The binding matches the nodectl-reboot namespace only.
-            if policy && ns == "nodectl-reboot" {
+            // The binding matches the reboot namespace only (its namespaceSelector).
+            if policy && ns == reboot_ns {
                 if let Err(m) = lease_entries_policy(user, st.leases.get(&key), &obj) {
                     return fail(
                         StatusCode::UNPROCESSABLE_ENTITY,

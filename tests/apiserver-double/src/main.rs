@@ -44,6 +44,10 @@ struct Args {
     /// own reboot slot entry in a Lease.
     #[arg(long)]
     no_reboot_lease_policy: bool,
+    /// Keep the Leases, Nodes and pods in this file across restarts (read at start, written
+    /// after each write): the cluster outlives a reboot of the machine the double runs on.
+    #[arg(long)]
+    state: Option<std::path::PathBuf>,
 }
 
 fn approval(s: &str) -> anyhow::Result<Approval> {
@@ -73,6 +77,7 @@ async fn main() -> anyhow::Result<()> {
             _ => None,
         },
         reboot_lease_policy: !args.no_reboot_lease_policy,
+        state_file: args.state.clone(),
         ..Options::default()
     };
     let double = Double::start_on(args.listen, opts).await?;

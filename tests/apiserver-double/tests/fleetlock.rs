@@ -298,12 +298,33 @@ async fn zincati_drives_two_nodes_through_one_slot_with_drain_and_readiness() {
     );
     assert_eq!(n2.coordinator.status().state, "rebooting");
 
-    // An operator frees n2's slot from n1 (nodectl reboot-lock release n2).
-    let msg = n1.coordinator.release_slot("default", "n2").await.unwrap();
+    // n1 may not free n2's slot (nodectl reboot-lock release n2 on n1): the shipped Lease
+    // policy refuses it at the server, and the error names what an administrator runs instead
+    // (issue 63: this test once ran without the policy, and the release went through).
+    let err = n1
+        .coordinator
+        .release_slot("default", "n2")
+        .await
+        .unwrap_err()
+        .to_string();
     assert!(
-        msg.contains("released the slot of id2 (n2) in group default"),
-        "{msg}"
+        err.contains("a node frees only its own slot")
+            && err.contains("kubectl -n nodectl-reboot annotate lease"),
+        "{err}"
     );
+    // An administrator frees it (kubectl annotate ... n2.reboot-holders.nodectl.io/slot-),
+    // which the policy does not match.
+    let admin = nodectl::reboot::lease::LeaseLock::new(
+        common::client_for(
+            &api.client_kubeconfig("kubernetes-admin", &["system:masters"])
+                .unwrap(),
+        )
+        .await,
+        "nodectl-reboot",
+        "default",
+    );
+    assert!(admin.read().await.unwrap().holds("n2"), "n2's slot kept");
+    admin.modify(|s| s.release("n2")).await.unwrap();
     let err = n1
         .coordinator
         .release_slot("default", "n2")
@@ -331,7 +352,7 @@ async fn zincati_drives_two_nodes_through_one_slot_with_drain_and_readiness() {
         (423, "lock_held".into()),
         "a vanished holder is not asked after: {b}"
     );
-    n1.coordinator.release_slot("default", "n2").await.unwrap();
+    admin.modify(|s| s.release("n2")).await.unwrap(); // (an administrator, as above)
     let (s, b) = post(n1.addr, "POST", fleetlock::PRE_REBOOT, true, &ok).await;
     assert_eq!(s, 200, "freed by the operator, the slot is n1's: {b}");
     let holders: Vec<String> = n1

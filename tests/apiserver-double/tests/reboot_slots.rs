@@ -27,10 +27,21 @@ async fn lock(api: &Double, group: &str) -> LeaseLock {
 }
 
 /// A double with `packaging/kubernetes/reboot-lease-policy.yaml`'s admission, as a cluster
-/// that applied nodectl's manifests has it.
+/// that applied nodectl's manifests has it (the double's default).
 async fn with_lease_policy() -> Double {
+    Double::start(Options::default()).await.unwrap()
+}
+
+/// A double without the Lease policy, for the tests where one client plays every node
+/// (`system:node:sim` writes the entries of n1, n2, ... node-199): what they check is the slot
+/// arithmetic under contention, and the policy would refuse a node writing another's entry. The
+/// policy itself is checked by `lease_policy_cel.rs` and `refusals.rs`, and the reboot tests of
+/// several nodes (`fleetlock.rs`, `reboot_gates.rs`, `fleet_writes.rs`,
+/// `update_engine_private_bus.rs`, the plugin's) run under it, each node with its own
+/// credentials.
+async fn one_client_plays_every_node() -> Double {
     Double::start(Options {
-        reboot_lease_policy: true,
+        reboot_lease_policy: false,
         ..Options::default()
     })
     .await
@@ -56,7 +67,7 @@ fn holders_in(history: &[serde_json::Value]) -> Vec<Slots> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_nodes_contend_for_one_slot_and_n_2_lets_both_go() {
-    let api = Double::start(Options::default()).await.unwrap();
+    let api = one_client_plays_every_node().await;
     let l = lock(&api, "default").await;
     let (a, _) = l
         .modify(|s| s.acquire("a", "n1", "boot-1", now(), 1))
@@ -114,7 +125,7 @@ async fn two_nodes_contend_for_one_slot_and_n_2_lets_both_go() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fleetlock_group_that_is_no_object_name_still_gets_a_lease_of_its_own() {
-    let api = Double::start(Options::default()).await.unwrap();
+    let api = one_client_plays_every_node().await;
     // The protocol allows `Workers`; the API server refuses it in a name (422, as upstream).
     let kc = api
         .client_kubeconfig("system:node:sim", &["system:nodes"])
@@ -180,7 +191,7 @@ async fn a_node_reads_its_own_node_only() {
 async fn two_hundred_nodes_reboot_through_one_group_never_more_than_three_at_once() {
     const NODES: usize = 200;
     const SLOTS: usize = 3;
-    let api = Double::start(Options::default()).await.unwrap();
+    let api = one_client_plays_every_node().await;
     let l = Arc::new(lock(&api, "default").await);
     let start = std::time::Instant::now();
     let mut tasks = Vec::new();
@@ -246,7 +257,7 @@ async fn two_hundred_nodes_reboot_through_one_group_never_more_than_three_at_onc
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreadable_holder_list_is_reclaimed_not_a_permanent_error() {
     use k8s_openapi::api::coordination::v1::Lease;
-    let api = Double::start(Options::default()).await.unwrap();
+    let api = one_client_plays_every_node().await;
     let l = lock(&api, "default").await;
     l.modify(|s| s.acquire("a", "n1", "boot-1", now(), 1))
         .await

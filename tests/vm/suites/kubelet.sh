@@ -222,6 +222,9 @@ grep '^nodectl_resident_memory_bytes' /run/nodectl/metrics/nodectl.prom | sed 's
 awk '/^[0-9a-f]+-[0-9a-f]+ /{name=$6} /^Rss:/{rss[name]+=$2} END{for(n in rss) if (rss[n] >= 100) print "  | " rss[n] " kB " n}' "/proc/$pid/smaps" | sort -k3
 echo "  | private (anonymous or dirty) $priv kB, $idle s after the converged check and 2 s settling"
 check "K5 idle private memory comes down to <= 2 MiB + 0.25 ($priv kB; guard: target and allowance)" test "$priv" -le 2304
+# (both read from the metrics file: a file without the count would compare two empty strings)
+check "K5 the pass count is in the metrics file (${passes0:-none} before, ${passes1:-none} after)" \
+  test -n "$passes0" -a -n "$passes1"
 expect "K5 no pass in $idle s idle (no polling)" "$passes1" "$passes0"
 # (nothing calls nodectld in the window: passes come from its metrics file. The ticks are a
 # figure (the benchmark's B5 reports them per state); the check is 10x the 10 ticks idling may take, which

@@ -123,8 +123,10 @@ start=$(date +%s%N)
 # sudo: root here, with what sudo(8) puts in the environment of the command it runs for core:
 # SUDO_UID, SUDO_GID, SUDO_USER. `nodectl import` takes a bundle owned by root, by the user
 # running it, or by SUDO_UID's; core's copy is core's.)
-out=$(cd /home/core && SUDO_UID=$(id -u core) SUDO_GID=$(id -g core) SUDO_USER=core /opt/bootstrap/layout 2>&1) || true
+out=$(cd /home/core && SUDO_UID=$(id -u core) SUDO_GID=$(id -g core) SUDO_USER=core /opt/bootstrap/layout 2>&1); layout_rc=$?
 echo "$out" | sed 's/^/  | layout: /'
+# (ssh.tf runs it over SSH and fails the apply on a non-zero exit: its status is asserted)
+expect "T2 /opt/bootstrap/layout exits 0, as Typhoon's ssh.tf requires" "$layout_rc" 0
 echo "  | layout took $(( ($(date +%s%N) - start) / 1000000 )) ms"
 check "T2 the layout returned once nodectld placed the bundle" grep -q "placed by nodectld: $records files" <<<"$out"
 expect "T2 the copy in the home directory is gone" "$(test -e /home/core/assets && echo there || echo gone)" gone

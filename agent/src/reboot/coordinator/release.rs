@@ -11,6 +11,15 @@ use super::super::slots::Release;
 use super::{internal, now, LeaseCoordinator, ReleaseError};
 
 impl LeaseCoordinator {
+    /// logind refused the reboot this node was granted: it stays `rebooting` (the slot held,
+    /// the node drained and cordoned) with why in its detail, until logind takes it.
+    pub fn note_reboot_refused(&self, why: &str) {
+        let mut st = self.status.lock().expect("status");
+        if st.state == "rebooting" {
+            st.detail = why.to_string();
+        }
+    }
+
     /// Logs what the gates found when it changed (with its MESSAGE_ID: an Event on the Node),
     /// and when they open again.
     pub(super) fn note_blocked(
