@@ -99,7 +99,10 @@ POLICY
   # nodectld's status (the share outlives the reboot)
   ( while :; do
       cp "$D/double.json" "$R/double-boot1.json.new" 2>/dev/null && mv "$R/double-boot1.json.new" "$R/double-boot1.json"
-      nodectl status --json >"$R/status-boot1.json.new" 2>/dev/null && mv "$R/status-boot1.json.new" "$R/status-boot1.json"
+      # (the daemon's own status while it reboots: once the shutdown stops nodectld, status is
+      # read offline and has no reboot state)
+      nodectl status --json 2>/dev/null | jq -e '.source == "daemon" and .reboot.state == "rebooting"' >/dev/null 2>&1 \
+        && nodectl status --json >"$R/status-boot1.json.new" 2>/dev/null && mv "$R/status-boot1.json.new" "$R/status-boot1.json"
       sleep 0.2
     done ) &
   check "an update is attempted (AttemptUpdate, as update_engine_client -check_for_update)" \
@@ -129,8 +132,8 @@ boot_2() {
   check "when it went down the slot was worker-1's, with boot 1's id" jq -e --arg b "$b1" \
     '[.leases[][2].metadata.annotations["worker-1.reboot-holders.nodectl.io/slot"] // empty | fromjson | select(.boot == $b)] | length == 1' "$R/double-boot1.json"
   check "and the Node cordoned" jq -e '.nodes["worker-1"].spec.unschedulable == true' "$R/double-boot1.json"
-  check "nodectld's status said rebooting, worker-1 the holder" jq -e \
-    '.reboot.state == "rebooting" and .reboot.holders[0].node == "worker-1"' "$R/status-boot1.json"
+  check "nodectld's status said rebooting, worker-1 the holder, drained" jq -e \
+    '.reboot.state == "rebooting" and .reboot.holders[0].node == "worker-1" and (.reboot.detail | startswith("drained"))' "$R/status-boot1.json"
 
   echo "## U4 the new boot: the slot back once kubelet is active and the Node Ready"
   check "a new boot id" test "$(cat /proc/sys/kernel/random/boot_id)" != "$b1"
