@@ -513,8 +513,8 @@ order=$(journalctl --after-cursor "$ue_cursor" -u nodectld.service -o json | jq 
   '{waits: (map(select(.MESSAGE == "update_engine: an update waits for a reboot")) | map({t: (.__MONOTONIC_TIMESTAMP | tonumber), v: .VERSION})),
     grants: (map(select(.MESSAGE | tostring | startswith("reboot granted"))) | map(.__MONOTONIC_TIMESTAMP | tonumber))}')
 echo "  | update_engine NEED_REBOOT at ${t_need} us; nodectld: $order"
-[ "$(jq '.waits | length' <<<"$order")" -gt 0 ] || journalctl --after-cursor "$ue_cursor" -u nodectld.service -o json \
-  | jq -r '"\(.__MONOTONIC_TIMESTAMP) \(.MESSAGE | tostring | .[:150]) VERSION=\(.VERSION)"' | head -20 | sed 's/^/  | after the cursor: /'
+[ "$(jq '.waits | length' <<<"$order")" -gt 0 ] || { echo "  | cursor: $ue_cursor"; journalctl -o json -u nodectld.service -u update-engine.service \
+  | jq -r 'select(.MESSAGE | tostring | test("update_engine|fake-update|granted")) | "\(.__MONOTONIC_TIMESTAMP) \(.__CURSOR[-40:]) \(._SYSTEMD_UNIT) \(.MESSAGE | tostring | .[:110]) VERSION=\(.VERSION)"' | tail -30 | sed 's/^/  | journal: /'; }
 check "the journal names the version, only after update_engine said NEED_REBOOT (and the drained reboot's grant after it)" jq -e --argjson n "$t_need" \
   '$n >= 0 and (.waits | length > 0) and all(.waits[]; .t >= $n and .v == "3975.2.1")
    and (.grants | length > 0) and all(.grants[]; . >= $n)' <<<"$order"
