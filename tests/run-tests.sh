@@ -235,7 +235,7 @@ if guests; then
   strip -o "$stage/fake-update-engine" target/debug/fake-update-engine
   strip -o "$stage/cri-run" target/debug/cri-run
   strip -o "$stage/nodectl-apiserver-double" target/debug/nodectl-apiserver-double
-  cp tests/lib/check.sh tests/vm/suites/*.sh tests/bench/bench.sh packaging/systemd/nodectld.service packaging/systemd/nodectld.socket \
+  cp tests/lib/check.sh tests/lib/com.coreos.update1.conf tests/vm/suites/*.sh tests/bench/bench.sh packaging/systemd/nodectld.service packaging/systemd/nodectld.socket \
      packaging/dbus/org.nodectl.Agent1.conf docs/examples/worker.toml docs/examples/controller.toml \
      docs/examples/bootstrap-kubeconfig "$stage/"
   cp -a tests/kubelet-standin "$stage/"

@@ -450,24 +450,7 @@ echo "## update_engine (Flatcar): UPDATED_NEED_REBOOT takes a slot, drains, rebo
 # flatcar/update_engine's com.coreos.update1.conf (root owns and calls, everyone else denied);
 # run as its update-engine.service (Type=dbus, BusName=com.coreos.update1). Started after
 # nodectld here: on Flatcar nothing orders them.
-cat >/etc/dbus-1/system.d/com.coreos.update1.conf <<'POLICY'
-<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-BUS Bus Configuration 1.0//EN"
- "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
-<busconfig>
-  <policy user="root">
-    <allow own="com.coreos.update1"/>
-    <allow send_destination="com.coreos.update1"/>
-  </policy>
-  <policy user="core">
-    <allow send_destination="com.coreos.update1" send_interface="com.coreos.update1.Manager" send_member="AttemptUpdate"/>
-    <allow send_destination="com.coreos.update1" send_interface="com.coreos.update1.Manager" send_member="ResetStatus"/>
-    <allow send_destination="com.coreos.update1" send_interface="com.coreos.update1.Manager" send_member="GetStatus"/>
-  </policy>
-  <policy context="default">
-    <deny send_destination="com.coreos.update1"/>
-  </policy>
-</busconfig>
-POLICY
+install -m 0644 /test/com.coreos.update1.conf /etc/dbus-1/system.d/com.coreos.update1.conf
 busctl call org.freedesktop.DBus /org/freedesktop/DBus org.freedesktop.DBus ReloadConfig
 rm -f /var/run/update_engine_autoupdate_completed
 # (its periodic update check, 45 minutes on Flatcar, every 200 ms: NEED_REBOOT said again and again)
@@ -635,8 +618,10 @@ for _ in $(seq 30); do
   chmod 0600 /proc/self/fd/7/kubelet.yaml
   nodectl converge >/dev/null 2>&1
 done
-# (passes, not calls: Converge returns once a pass is asked for)
-check "passes ran while the directory was being swapped" wait_until 20 sh -c \
+# (passes, not calls: Converge returns once a pass is asked for. A hang bound, not a figure: a
+# pass takes about a second here, but the swapper holds a core at 100% and the release build
+# runs beside tier 2; 20 s once saw fewer than three passes on a slower machine, 2026-12-07)
+check "passes ran while the directory was being swapped" wait_until 90 sh -c \
   "[ \$(nodectl status --json | jq .daemon.passes) -ge \$(( $passes + 3 )) ]"
 # A pass that met the link refused it (ELOOP from openat2's RESOLVE_NO_SYMLINKS, or the walk):
 # the swap was seen, not slept through. (A refusal is a matter of timing: more passes, at most

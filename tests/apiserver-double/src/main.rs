@@ -28,6 +28,10 @@ struct Args {
     /// A Ready Node of this name (repeatable), for reboot coordination.
     #[arg(long = "node")]
     nodes: Vec<String>,
+    /// A Node of this name that is not Ready (repeatable): as kubelet would report it before
+    /// its first heartbeat after a reboot.
+    #[arg(long = "not-ready")]
+    not_ready: Vec<String>,
     /// The CA's key: used when the file exists, written (0600) when not, so a double started
     /// again is the same CA for the kubeconfigs it wrote before.
     #[arg(long)]
@@ -94,6 +98,9 @@ async fn main() -> anyhow::Result<()> {
     }
     for n in &args.nodes {
         double.set_node(n, true);
+    }
+    for n in &args.not_ready {
+        double.set_node(n, false);
     }
     if let Some(p) = &args.write_bootstrap_kubeconfig {
         let tmp = p.with_extension("tmp");
