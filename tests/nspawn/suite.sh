@@ -544,7 +544,9 @@ check "the release stays in the Lease, with its settle time" sh -c \
 # (nothing asks for a slot meanwhile: nodectld removes its own released entry once settled)
 check "and leaves it once the group has settled" wait_until 30 sh -c \
   "$(declare -f lease); lease | jq -e '.metadata.annotations | has(\"worker-1.reboot-holders.nodectl.io/slot\") | not'"
-check "(at least 20 s after the release)" test $((SECONDS - released)) -ge 20
+# (19: the release is seen by polling, up to a second after it, and $SECONDS counts whole
+# seconds; a removal that ignored the settle time comes within a few seconds)
+check "(at least 20 s after the release: $((SECONDS - released)) s seen)" test $((SECONDS - released)) -ge 19
 # again, and this time the group's next reboot asks while the group settles
 a_boot
 touch /run/reboot-required
@@ -557,7 +559,7 @@ check "the next reboot of the group settles first" wait_until 10 sh -c \
   'nodectl status --json | jq -e "(.reboot.state == \"settling\") and (.reboot.detail | contains(\"settles after the reboot of worker-1\"))"'
 check "then goes ahead" wait_until 40 sh -c "[ \"\$(grep -c reboot /run/fake-logind.log)\" = $((base + 3)) ]"
 apart=$((SECONDS - released))
-check "at least 20 s after the release ($apart s)" test "$apart" -ge 20
+check "at least 20 s after the release ($apart s seen)" test "$apart" -ge 19
 a_boot
 slot_back "after that boot the slot goes back too"
 
