@@ -21,7 +21,7 @@ use nodectl::reboot::lease::LeaseLock;
 use nodectl::reboot::update_engine::{logind_reboot, Follower, NEED_REBOOT};
 use nodectl_apiserver_double::{Double, Options, PodKind};
 
-/// update_engine answering `GetStatus` with this current operation.
+/// update_engine answering `GetStatus` with this current operation ([`set_status`] changes it).
 struct FakeUpdateEngine(&'static str);
 
 #[zbus::interface(name = "com.coreos.update1.Manager")]
@@ -29,6 +29,18 @@ impl FakeUpdateEngine {
     fn get_status(&self) -> (i64, f64, String, String, i64) {
         (0, 0.0, self.0.into(), String::new(), 0)
     }
+}
+
+/// What update_engine's `GetStatus` answers from now on.
+async fn set_status(service: &zbus::Connection, op: &'static str) {
+    service
+        .object_server()
+        .interface::<_, FakeUpdateEngine>("/com/coreos/update1")
+        .await
+        .unwrap()
+        .get_mut()
+        .await
+        .0 = op;
 }
 
 /// logind: counts the `Reboot` calls it took in `.0`, and refuses the first `.1` calls (as
@@ -158,6 +170,7 @@ async fn an_update_waiting_for_reboot_takes_a_slot_drains_and_reboots_through_lo
         .modify(|s| s.acquire("flatcar-2", "flatcar-2", "boot-2", now(), 1))
         .await
         .unwrap();
+    set_status(&service, NEED_REBOOT).await;
     status_update(&service, &(1i64, 1.0f64, NEED_REBOOT, "4152.2.0", 123i64)).await;
     // The slot is busy: it waits, without rebooting (polled for: a fixed sleep is a race on
     // a loaded machine).
@@ -415,6 +428,79 @@ async fn logind_refusing_the_reboot_keeps_the_slot_and_the_cordon_and_is_asked_a
 }
 
 /// logind on the bus at `address`, counting its Reboot calls in `reboots`.
+/// A signal is a wake-up, never the word (issue 64, item 2): only update_engine's answer to
+/// `GetStatus` reboots. update_engine's own connection signalling NEED_REBOOT while its status
+/// says otherwise reboots nothing (before issue 64 the signal's contents rebooted the node); nor
+/// does a third connection that forges update_engine's change of owner, addressed to nodectld's
+/// connection (the class of GLib's CVE-2024-34397; zbus checks that NameOwnerChanged comes from
+/// the bus, kept here so a zbus that stops doing so is caught), then signals NEED_REBOOT itself,
+/// to everyone and to nodectld alone. Once update_engine's status says NEED_REBOOT, its signal
+/// wakes the follower, which asks, and the node reboots.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signals_only_wake_the_follower_and_forged_ones_reboot_nothing() {
+    let bus = common::Bus::start();
+    let reboots = Arc::new(AtomicU32::new(0));
+    let _logind = fake_logind(&bus.address, &reboots).await;
+    let service = fake_update_engine(&bus.address, "UPDATE_STATUS_IDLE")
+        .await
+        .unwrap();
+    let api = Double::start(Options::default()).await.unwrap();
+    api.set_node("flatcar-1", true);
+    let coordinator = flatcar_1(&api, None).await;
+    let (follower, conn) = flatcar_1_follower(&bus.address, &coordinator).await;
+    let nodectld = conn.unique_name().unwrap().to_owned();
+    let run = tokio::spawn(async move { follower.run(&conn).await });
+    // (the follower's matches in place: it asked update_engine's status first)
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let need = (1i64, 1.0f64, NEED_REBOOT, "6666.6.6", 123i64);
+    status_update(&service, &need).await;
+    let attacker = zbus::connection::Builder::address(bus.address.as_str())
+        .build()
+        .await
+        .unwrap();
+    let (ue, me) = (
+        service.unique_name().unwrap().to_string(),
+        attacker.unique_name().unwrap().to_string(),
+    );
+    attacker
+        .emit_signal(
+            Some(nodectld.clone()),
+            "/org/freedesktop/DBus",
+            "org.freedesktop.DBus",
+            "NameOwnerChanged",
+            &("com.coreos.update1", ue.as_str(), me.as_str()),
+        )
+        .await
+        .unwrap();
+    for to in [None, Some(nodectld.clone())] {
+        attacker
+            .emit_signal(
+                to,
+                "/com/coreos/update1",
+                "com.coreos.update1.Manager",
+                "StatusUpdate",
+                &need,
+            )
+            .await
+            .unwrap();
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        reboots.load(Ordering::SeqCst),
+        0,
+        "a signal rebooted the node"
+    );
+    assert!(!run.is_finished(), "the follower ended");
+    assert_eq!(coordinator.status().state, "idle");
+    assert!(
+        api.node("flatcar-1").unwrap()["spec"]["unschedulable"].is_null(),
+        "cordoned on a signal"
+    );
+    set_status(&service, NEED_REBOOT).await;
+    status_update(&service, &need).await;
+    rebooted_once(run, &reboots, &coordinator).await;
+}
+
 async fn fake_logind(address: &str, reboots: &Arc<AtomicU32>) -> zbus::Connection {
     refusing_logind(address, reboots, 0).await
 }

@@ -184,7 +184,10 @@ where
 {
     let mut items = Vec::new();
     let mut token: Option<String> = None;
-    loop {
+    // (issue 64: a server answering empty pages, each with a new continue token, kept the
+    // plugin paging forever; full pages of `chunk` reach MAX_ITEMS in far fewer)
+    let max_pages = MAX_ITEMS / chunk.max(1) as usize + 100;
+    for _ in 0..max_pages {
         let mut lp = kube::api::ListParams::default().limit(chunk.max(1));
         if let Some(t) = &token {
             lp = lp.continue_token(t);
@@ -216,10 +219,63 @@ where
             None => return Ok(items),
         }
     }
+    bail!(
+        "listing {what}: still not at the end after {max_pages} pages ({} objects): the API server keeps answering short pages with a new continue token",
+        items.len()
+    )
 }
 
 #[cfg(test)]
 mod tests {
+    /// A server that answers every list with an empty page and a new continue token (issue 64)
+    /// ends the listing with an error naming it, rather than paging forever.
+    #[tokio::test]
+    async fn endless_empty_pages_end_the_listing() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move {
+            let mut n = 0u64;
+            loop {
+                let Ok((mut s, _)) = listener.accept().await else {
+                    return;
+                };
+                n += 1;
+                let mut req = Vec::new();
+                let mut buf = [0u8; 4096];
+                while !req.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut buf).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(k) => req.extend_from_slice(&buf[..k]),
+                    }
+                }
+                let body = format!(
+                    r#"{{"kind":"NodeList","apiVersion":"v1","metadata":{{"continue":"page-{n}"}},"items":[]}}"#
+                );
+                let _ = s
+                    .write_all(
+                        format!(
+                            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                            body.len()
+                        )
+                        .as_bytes(),
+                    )
+                    .await;
+            }
+        });
+        let client = kube::Client::try_from(kube::Config::new(url.parse().unwrap())).unwrap();
+        let api: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(client);
+        let e = tokio::time::timeout(
+            std::time::Duration::from_secs(120),
+            super::list_all(&api, 2000, std::time::Duration::from_secs(5), "nodes"),
+        )
+        .await
+        .expect("the listing ended")
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("still not at the end after 200 pages"), "{e}");
+    }
+
     use super::*;
 
     #[test]

@@ -204,7 +204,7 @@ fleetlock() { # PATH ID [PORT] -> the HTTP response; in zincati.service, as Zinc
   else
     rm -f /run/fl-out
     # (RuntimeMaxSec: a request nobody answers ends the call, not the suite)
-    systemd-run --quiet --wait --collect --unit=zincati.service --uid="$u" -p RuntimeMaxSec=60 -p StandardOutput=truncate:/run/fl-out \
+    systemd-run --quiet --wait --collect --unit=zincati.service --uid="$u" -p RuntimeMaxSec="${GIVE_UP:-60}" -p StandardOutput=truncate:/run/fl-out \
       -E GROUP="${GROUP:-workers}" bash /tmp/fleetlock-client "$@"
     cat /run/fl-out
   fi
@@ -257,6 +257,27 @@ check "once the reboot is over, the new reboot.listen applies (pass triggered by
 out=$(fleetlock /v1/steady-state "$id" 9456)
 check "the endpoint answers on 127.0.0.1:9456" grep -q '^HTTP/1.1 200' <<<"$out"
 check "and no longer on 127.0.0.1:9455" sh -c '! (exec 3<>/dev/tcp/127.0.0.1/9455) 2>/dev/null'
+# issue 64: the pre-reboot checks belong to the slot, not to the request that took it. A check
+# that sleeps 60 s, a client that gives up after 2 s (as Zincati gives up on a slow answer): the
+# request goes on in nodectld, and asked again meanwhile the answer is 423 (in_progress), never a
+# grant on the slot the first request took (before: 200, drained, its checks never done).
+r0=$(journalctl -u nodectld.service -o cat | grep -c "restarting reboot coordination")
+printf '[reboot]\nstrategy = "fleet-lock"\nabandon_after_secs = 5\nlisten = "127.0.0.1:9456"\npre_commands = [["/bin/sleep", "60"]]\n' >/etc/nodectl/config.d/30-reboot.toml
+setup "(the new reboot settings apply)" wait_until 10 sh -c \
+  "[ \$(journalctl -u nodectld.service -o cat | grep -c 'restarting reboot coordination') -gt $r0 ]"
+out=$(GIVE_UP=2 fleetlock /v1/pre-reboot "$id" 9456)
+check "a client that gives up after 2 s has no answer" test -z "$out"
+check "the check goes on (its transient unit)" wait_until 5 sh -c \
+  'systemctl list-units --state=active --no-legend "nodectl-pre-reboot-1-*.service" | grep -q .'
+out=$(fleetlock /v1/pre-reboot "$id" 9456)
+printf '%s\n' "$out" | tail -1 | sed 's/^/  | /'
+check "asked again while it runs: 423, not 200" grep -q '^HTTP/1.1 423' <<<"$out"
+check "...in_progress" grep -q '"kind":"in_progress"' <<<"$out"
+expect "the Node is not cordoned" "$(unschedulable worker-1)" false
+systemctl stop "nodectl-pre-reboot-1-*.service"
+check "the check stopped (failed): the slot goes back, nothing drained" wait_until 20 sh -c \
+  'nodectl status --json | jq -e "(.reboot.state == \"blocked\") and (.reboot.holders | length == 0)"'
+expect "still not cordoned" "$(unschedulable worker-1)" false
 rm /etc/nodectl/config.d/30-reboot.toml
 check "strategy off (the drop-in removed): coordination stops" wait_until 10 sh -c \
   'nodectl status --json | jq -e ".reboot == null"'
@@ -422,7 +443,7 @@ a = json.load(urllib.request.urlopen("http://127.0.0.1:9090/api/v1/alerts", time
 sys.exit(0 if any(x["labels"].get("alertname") == sys.argv[1] and x["state"] == "firing" for x in a["data"]["alerts"]) else 1)
 PY
 check "Prometheus fires MaintenanceHold on node_exporter's textfile metric" wait_until 60 python3 /run/prom/firing.py MaintenanceHold
-printf '[reboot]\nstrategy = "reboot-required"\nabandon_after_secs = 5\nblock_on_pods = ["app=backup"]\nprometheus_url = "http://127.0.0.1:9090"\nignore_alerts = ["Watchdog"]\n' \
+printf '[reboot]\nstrategy = "reboot-required"\nabandon_after_secs = 5\nblock_on_pods = ["app=backup"]\nblock_on_pods_namespaces = ["ops"]\nprometheus_url = "http://127.0.0.1:9090"\nignore_alerts = ["Watchdog"]\n' \
   >/etc/nodectl/config.d/30-reboot.toml
 systemctl restart nodectld.service
 touch /run/reboot-required
@@ -470,6 +491,17 @@ out=$(setpriv --reuid=65534 --regid=65534 --clear-groups busctl call com.coreos.
 # nodectld's part is the status it asked as root, above)
 setup "the stand-in's bus policy, written here: uid 65534 may not call it ($out)" grep -qiE 'access ?denied' <<<"$out"
 expect "no reboot yet" "$(reboots)" "$base"
+# issue 64: update_engine's signals only wake nodectld, which then asks update_engine's status.
+# A local user (uid 65534) who forges update_engine's change of owner, addressed to nodectld's
+# connections, then signals UPDATED_NEED_REBOOT from its own name (to everyone and to nodectld
+# alone) reboots nothing.
+out=$(setpriv --reuid=65534 --regid=65534 --clear-groups /test/fake-update-engine forge \
+  "$(systemctl show -p MainPID --value nodectld.service)" 2>&1)
+printf '%s\n' "$out" | cut -c1-200 | sed 's/^/  | /'
+setup "the forger (uid 65534) sent its signals to nodectld's connections" grep -q "NameOwnerChanged to :" <<<"$out"
+sleep 2
+expect "no reboot on forged signals" "$(reboots)" "$base"
+expect "no slot taken, nothing cordoned: state idle" "$(nodectl status --json | jq -r .reboot.state)" idle
 # update_engine_client -check_for_update: AttemptUpdate; the update found, downloaded, installed
 ue_cursor=$(journalctl -n 0 --show-cursor -q | sed -n 's/^-- cursor: //p')
 check "an update is attempted (AttemptUpdate, as update_engine_client -check_for_update)" \

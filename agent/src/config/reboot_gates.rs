@@ -199,6 +199,15 @@ impl RebootGates {
                 "set without reboot.block_on_pods: no pod is asked for",
             ));
         }
+        // (issue 64: in every namespace, anyone who may create a pod there with spec.nodeName
+        // and a matching label, shown to every Node reader in the condition's message, could
+        // hold back this node's security updates for good)
+        if namespaces.is_empty() && !pods.is_empty() {
+            return Err(c.at(
+                "reboot.block_on_pods",
+                "set without reboot.block_on_pods_namespaces: name the namespaces whose pods may hold back reboots (a pod in any other, which any tenant may create with this node's name and the label, would)",
+            ));
+        }
         for n in bounded("reboot.block_on_pods_namespaces", &namespaces, c)? {
             if !names::is_dns_label(n) {
                 return Err(c.bad("reboot.block_on_pods_namespaces", n));
@@ -238,7 +247,7 @@ mod tests {
 
     #[test]
     fn the_gates_are_checked_key_by_key() {
-        let g = gates("block_on_pods = [\"app=backup\", \"batch.kubernetes.io/job-name\"]\nprometheus_url = \"http://prom:9090/\"\nignore_alerts = [\"Watchdog\", \"Info.*\"]\nsettle_secs = 20\n").unwrap();
+        let g = gates("block_on_pods = [\"app=backup\", \"batch.kubernetes.io/job-name\"]\nblock_on_pods_namespaces = [\"ops\"]\nprometheus_url = \"http://prom:9090/\"\nignore_alerts = [\"Watchdog\", \"Info.*\"]\nsettle_secs = 20\n").unwrap();
         assert_eq!(g.block_on_pods.len(), 2);
         let a = g.alerts.unwrap();
         assert_eq!(a.url, "http://prom:9090");
@@ -256,6 +265,11 @@ mod tests {
                 "block_on_pods = [\" \"]",
                 "reboot.block_on_pods",
                 "every pod",
+            ),
+            (
+                "block_on_pods = [\"app=backup\"]",
+                "reboot.block_on_pods",
+                "set without reboot.block_on_pods_namespaces",
             ),
             (
                 "block_on_pods = [\"a\"]\nblock_on_pods_namespaces = [\"Kube\"]",

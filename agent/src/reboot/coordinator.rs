@@ -26,6 +26,7 @@ pub(crate) use super::zincati::zincati_id;
 use crate::kubeconfig::KubeconfigError;
 
 mod checks;
+use checks::PRE_LOCK_WAIT;
 mod release;
 mod verbs;
 pub use verbs::Ask;
@@ -300,22 +301,22 @@ impl LeaseCoordinator {
     pub async fn pre_reboot_as(&self, p: &ClientParams, ask: Ask) -> Result<String, Refusal> {
         self.ours(p)?;
         // One at a time (Zincati asking again, an operator's reboot beside an update's): a
-        // second asker sees what the first did (a slot taken, checks failed and backing off).
-        let _one = self.pre_lock.lock().await;
+        // second asker sees what the first did (a slot taken, checks failed and backing off),
+        // or, when the first is still under way after PRE_LOCK_WAIT (its checks, its drain;
+        // the FleetLock endpoint runs a request to its end when its client gave up), is told so.
+        let Ok(_one) = tokio::time::timeout(PRE_LOCK_WAIT, self.pre_lock.lock()).await else {
+            return Err(self.in_progress());
+        };
         let force = ask == Ask::Operator { force: true };
         let (client, drainer) = self.client().await?;
+        let lock = LeaseLock::new(client.clone(), &self.policy.namespace, &p.group);
+        self.owed_release(p, &lock, force).await?;
         if let Some(r) = self.pre_backoff().filter(|_| !force) {
             return Err(r);
         }
-        let lock = LeaseLock::new(client.clone(), &self.policy.namespace, &p.group);
-        let (slots, taken) = self.take_slot(p, &lock, &client, force).await?;
+        let slots = self.take_slot(p, &lock, &client, force).await?;
         let slots = self.held_for_maintenance(p, &lock, slots, ask).await?;
-        // The checks run when the slot is taken: nothing is cordoned yet, so a failure gives
-        // it back clean (a slot kept from before, e.g. across a nodectld restart mid-drain or
-        // from a maintenance hold, was past them or is the operator's).
-        if taken && !force {
-            self.pre_checks(p, &lock, &slots).await?;
-        }
+        let slots = self.pre_checks(p, &lock, slots, force).await?;
         self.drain(p, slots, &drainer).await
     }
 
@@ -348,7 +349,7 @@ impl LeaseCoordinator {
         lock: &LeaseLock,
         client: &kube::Client,
         force: bool,
-    ) -> Result<(Slots, bool), Refusal> {
+    ) -> Result<Slots, Refusal> {
         let current = lock.read().await.map_err(internal)?;
         // Outside the reboot windows no new slot is taken (a holder keeps going: a node half
         // drained is not left cordoned until the next window).
@@ -376,7 +377,10 @@ impl LeaseCoordinator {
             }
         }
         let node = self.node.clone();
-        let stale = self.policy.stale_after.as_secs();
+        let (stale, settle) = (
+            self.policy.stale_after.as_secs(),
+            self.policy.settle.as_secs(),
+        );
         let ((reclaimed, got), slots) = lock
             .modify(|s| {
                 let mono = self.clock.elapsed().as_secs();
@@ -388,7 +392,7 @@ impl LeaseCoordinator {
                     if force {
                         s.acquire(me.0, me.1, me.2, now(), self.policy.slots)
                     } else {
-                        s.acquire_settled(me, now(), self.policy.slots, seen, mono)
+                        s.acquire_settled(me, now(), self.policy.slots, seen, mono, settle)
                     },
                 )
             })
@@ -416,7 +420,7 @@ impl LeaseCoordinator {
             r.retry_after = Some(Duration::from_secs(*left));
             return Err(r);
         }
-        Ok((slots, got == Acquire::Obtained))
+        Ok(slots)
     }
 
     /// Cordons and evicts; grants the reboot once drained or once the drain timeout since the

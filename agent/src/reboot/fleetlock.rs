@@ -69,83 +69,9 @@ impl Refusal {
     }
 }
 
-/// Every `kind` this endpoint answers with, and when (docs/reboot.md lists them too).
-pub const KINDS: &[(&str, u16, &str)] = &[
-    (
-        "not_found",
-        404,
-        "a path other than /v1/pre-reboot and /v1/steady-state",
-    ),
-    ("method_not_allowed", 405, "a method other than POST"),
-    (
-        "missing_header",
-        400,
-        "no `fleet-lock-protocol: true` header",
-    ),
-    ("decode_error", 400, "the body is not the protocol's JSON"),
-    (
-        "payload_too_large",
-        413,
-        "a declared Content-Length over 64 KiB (refused before reading)",
-    ),
-    ("timeout", 408, "the body did not arrive within 5 s"),
-    ("invalid_id", 400, "client_params.id is empty"),
-    (
-        "invalid_group",
-        400,
-        "client_params.group does not match ^[a-zA-Z0-9.-]+$",
-    ),
-    (
-        "wrong_node",
-        403,
-        "the id is not this node's (the endpoint serves its own node only)",
-    ),
-    (
-        "forbidden_peer",
-        403,
-        "the connection is not from a user in reboot.fleetlock_users (Zincati's); the body is not read",
-    ),
-    (
-        "group_not_served",
-        403,
-        "client_params.group is not reboot.group",
-    ),
-    (
-        "reboot_pending",
-        423,
-        "steady-state in the boot the slot was granted in, before reboot.abandon_after_secs: slot kept",
-    ),
-    (
-        "lock_held",
-        423,
-        "every slot of the group is held (value: by whom)",
-    ),
-    (
-        "outside_window",
-        423,
-        "no reboot window is open now (reboot.windows)",
-    ),
-    ("blocked", 423, "a gate holds the node back (value: which pods or alerts)"),
-    ("settling", 423, "a slot is free; the group settles after a release"),
-    ("pre_check_failed", 423, "a pre-reboot check failed: slot released, backing off"),
-    ("post_check_failed", 423, "a post-reboot check failed: slot kept"),
-    ("held", 423, "this node holds its slot for maintenance (nodectl reboot hold)"),
-    (
-        "draining",
-        423,
-        "slot held, the node is still being drained",
-    ),
-    (
-        "not_ready",
-        423,
-        "steady-state before kubelet is active and the Node Ready: slot kept",
-    ),
-    (
-        "internal_error",
-        500,
-        "the API server or the agent failed (value: why)",
-    ),
-];
+pub use kinds::KINDS;
+
+mod kinds;
 
 /// Which FleetLock request it is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -328,6 +254,9 @@ impl Peer {
 /// At most this many connections at once; a new one closes the oldest (one whose peer may not
 /// call first), so idle connections cannot keep Zincati out.
 pub(crate) const MAX_CONNECTIONS: usize = 64;
+/// At most this many requests run detached from their connections, each to its end even when
+/// its client left (more run attached, bounded by the connections).
+pub(crate) const MAX_IN_FLIGHT: usize = 16;
 /// The request head must arrive within this, the body within this after it.
 pub(crate) const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
 pub(crate) const BODY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -358,6 +287,7 @@ pub(crate) async fn handle<C: Coordinator>(
     c: Arc<C>,
     peer: Peer,
     callers: Arc<Callers>,
+    in_flight: Arc<tokio::sync::Semaphore>,
     req: Request<hyper::body::Incoming>,
 ) -> Response<Full<Bytes>> {
     let path = req.uri().path().to_string();
@@ -415,24 +345,57 @@ pub(crate) async fn handle<C: Coordinator>(
             return json_refusal(&r);
         }
     };
-    let result = match op {
-        Op::PreReboot => c.pre_reboot(&params).await,
-        Op::SteadyState => c.steady_state(&params).await,
-    };
+    let result = run(c, op, params, &in_flight).await;
     match result {
-        Ok(msg) => {
-            tracing::info!(message_id = op.message_id(), op = ?op, group = %params.group, "FleetLock: {msg}");
-            Response::builder()
-                .status(StatusCode::OK)
-                .header("content-type", "text/plain")
-                .body(Full::new(Bytes::from(msg)))
-                .expect("response")
-        }
-        Err(r) => {
-            tracing::info!(op = ?op, group = %params.group, kind = r.kind, "FleetLock: {}", r.value);
-            json_refusal(&r)
-        }
+        Ok(msg) => Response::builder()
+            .status(StatusCode::OK)
+            .header("content-type", "text/plain")
+            .body(Full::new(Bytes::from(msg)))
+            .expect("response"),
+        Err(r) => json_refusal(&r),
     }
+}
+
+/// Runs one request to its end in a task of its own, whether or not its client waits for the
+/// answer (issue 64: Zincati gives up on a slow answer and hyper then drops the handler, which
+/// stopped a pre-reboot between its checks and their record; a connection closed for a newer
+/// one did too). Every step of a request is bounded (the checks by their timeout, the drain's
+/// wait by its own), and so is the number of such tasks: over it, a request runs attached to
+/// its connection, as every request did before (the connections are bounded too).
+async fn run<C: Coordinator>(
+    c: Arc<C>,
+    op: Op,
+    params: ClientParams,
+    in_flight: &Arc<tokio::sync::Semaphore>,
+) -> Result<String, Refusal> {
+    let permit = in_flight.clone().try_acquire_owned().ok();
+    let detached = permit.is_some();
+    let run = async move {
+        let _permit = permit;
+        let result = match op {
+            Op::PreReboot => c.pre_reboot(&params).await,
+            Op::SteadyState => c.steady_state(&params).await,
+        };
+        match &result {
+            Ok(msg) => {
+                tracing::info!(message_id = op.message_id(), op = ?op, group = %params.group, "FleetLock: {msg}")
+            }
+            Err(r) => {
+                tracing::info!(op = ?op, group = %params.group, kind = r.kind, "FleetLock: {}", r.value)
+            }
+        }
+        result
+    };
+    if !detached {
+        return run.await;
+    }
+    tokio::spawn(run).await.unwrap_or_else(|e| {
+        Err(Refusal::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal_error",
+            format!("the request ended before its answer: {e}"),
+        ))
+    })
 }
 
 /// One open connection: how to close it, and whether its peer may call.
@@ -444,6 +407,7 @@ struct Open {
 /// Serves the protocol on `listener` to `callers` until the task is dropped.
 pub async fn serve<C: Coordinator>(listener: tokio::net::TcpListener, c: Arc<C>, callers: Callers) {
     let callers = Arc::new(callers);
+    let in_flight = Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT));
     let mut open: VecDeque<Open> = VecDeque::new();
     loop {
         let tcp = match listener.accept().await {
@@ -467,6 +431,7 @@ pub async fn serve<C: Coordinator>(listener: tokio::net::TcpListener, c: Arc<C>,
         }
         let allowed = Arc::new(AtomicBool::new(false));
         let (c, callers, flag) = (c.clone(), callers.clone(), allowed.clone());
+        let in_flight = in_flight.clone();
         let task = tokio::spawn(async move {
             let addrs = (tcp.local_addr(), tcp.peer_addr());
             let who = callers.clone();
@@ -479,7 +444,8 @@ pub async fn serve<C: Coordinator>(listener: tokio::net::TcpListener, c: Arc<C>,
             flag.store(peer.allowed, Ordering::Relaxed);
             let svc = hyper::service::service_fn(move |req| {
                 let (c, peer, callers) = (c.clone(), peer.clone(), callers.clone());
-                async move { Ok::<_, Infallible>(handle(c, peer, callers, req).await) }
+                let in_flight = in_flight.clone();
+                async move { Ok::<_, Infallible>(handle(c, peer, callers, in_flight, req).await) }
             });
             let _ = hyper::server::conn::http1::Builder::new()
                 .timer(hyper_util::rt::TokioTimer::new())

@@ -347,6 +347,7 @@ mod tests {
             renewed: since,
             boot: String::new(),
             hold: String::new(),
+            checked: false,
         };
         let mut l = Lease::default();
         let a = l.metadata.annotations.get_or_insert_with(Default::default);

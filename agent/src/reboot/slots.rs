@@ -33,6 +33,12 @@ pub struct Holder {
     /// stale (only `nodectl reboot release` or an administrator frees it).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub hold: String,
+    /// This slot's pre-reboot checks passed (written by the holder once they did; a new slot
+    /// starts without it). A slot held without it, whatever left it so (a request given up
+    /// mid-check, nodectld restarted, a release after failed checks that failed), runs the
+    /// checks before any drain (issue 64).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub checked: bool,
 }
 
 /// A node's entry after it gave its slot back, kept while the group settles
@@ -120,6 +126,7 @@ impl Slots {
             renewed: now,
             boot: boot.to_string(),
             hold: String::new(),
+            checked: false,
         });
         Acquire::Obtained
     }
@@ -144,20 +151,50 @@ impl Slots {
         }
     }
 
+    /// Marks the pre-reboot checks of `node`'s slot passed; false when it holds none.
+    pub fn set_checked(&mut self, node: &str) -> bool {
+        match self.holders.iter_mut().find(|h| h.node == node) {
+            Some(h) => {
+                h.checked = true;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Whether `node` holds a slot whose pre-reboot checks have not passed.
+    pub fn unchecked(&self, node: &str) -> bool {
+        self.holders.iter().any(|h| h.node == node && !h.checked)
+    }
+
     /// Whether the group still settles after a release: the longest wait left, by this node's
-    /// sightings of the released entries (`now`, monotonic seconds), each release with the
-    /// settle time it carries (the releasing node's: set `reboot.settle_secs` alike across a
-    /// group). A release seen for the first time counts from now: a future-dated or skewed
-    /// entry cannot make the wait longer. Whole seconds of a monotonic clock undercount by up
-    /// to one: a release counts as settled only once more than its settle time was seen.
-    pub fn settling(&self, seen: &mut Sightings, now: u64) -> Option<(String, u64)> {
+    /// sightings of the released entries (`mono`, monotonic seconds). Each release waits the
+    /// smaller of the settle time it carries and this node's own (`own_settle`,
+    /// `reboot.settle_secs`: set it alike across a group), at most a day, from when this node
+    /// first saw it: a future-dated or skewed entry cannot make the wait longer, and a rewrite
+    /// of the entry does not start it again (issue 64: a node that rewrote its entry every
+    /// minute kept its group waiting for good); a node's later release, once its entry was gone
+    /// and came back, counts anew. An entry older than its wait by this node's wall clock
+    /// (`wall`, give or take [`CLOCK_SKEW`]) has settled, e.g. one a deleted node left behind,
+    /// which would otherwise delay the group at each nodectld start. Whole seconds of a
+    /// monotonic clock undercount by up to one: a release counts as settled only once more
+    /// than its wait was seen.
+    pub fn settling(
+        &self,
+        seen: &mut Sightings,
+        (mono, wall): (u64, u64),
+        own_settle: u64,
+    ) -> Option<(String, u64)> {
         seen.keep_released(&self.released);
         self.released
             .iter()
             .filter_map(|r| {
-                let wait = r.settle.min(MAX_SETTLE);
-                let age = seen.released_age(r, now);
-                (age <= wait && wait > 0).then(|| (r.node.clone(), wait + 1 - age))
+                let wait = r.settle.min(own_settle).min(MAX_SETTLE);
+                if wait == 0 || r.released.saturating_add(wait + CLOCK_SKEW) < wall {
+                    return None;
+                }
+                let age = seen.released_age(&r.node, mono);
+                (age <= wait).then(|| (r.node.clone(), wait + 1 - age))
             })
             .max_by_key(|(_, left)| *left)
     }
@@ -171,9 +208,10 @@ impl Slots {
         max: usize,
         seen: &mut Sightings,
         mono: u64,
+        own_settle: u64,
     ) -> Acquire {
         if !self.holds(node) && self.holders.len() < max.max(1) {
-            if let Some((after, left)) = self.settling(seen, mono) {
+            if let Some((after, left)) = self.settling(seen, (mono, now), own_settle) {
                 return Acquire::Settling { after, left };
             }
         }
@@ -273,12 +311,16 @@ impl Slots {
 #[derive(Debug, Default)]
 pub struct Sightings {
     seen: std::collections::BTreeMap<String, (Holder, u64)>,
-    released: std::collections::BTreeMap<String, (Released, u64)>,
+    released: std::collections::BTreeMap<String, u64>,
 }
 
 /// The longest settle time honoured (a day: what `reboot.settle_secs` takes), whatever an entry
 /// says.
 const MAX_SETTLE: u64 = 86_400;
+
+/// How far apart two nodes' clocks may be for a released entry's own time to count: an entry
+/// older than its wait and this by this node's clock has settled.
+pub const CLOCK_SKEW: u64 = 300;
 
 impl Sightings {
     /// Seconds since `h` was first seen as it is now (0 at its first sight, and again after
@@ -293,12 +335,13 @@ impl Sightings {
         }
     }
 
-    /// Seconds since the released entry `r` was first seen as it is now.
-    fn released_age(&mut self, r: &Released, now: u64) -> u64 {
-        match self.released.get(&r.node) {
-            Some((was, at)) if was == r => now.saturating_sub(*at),
-            _ => {
-                self.released.insert(r.node.clone(), (r.clone(), now));
+    /// Seconds since `node`'s released entry was first seen, whatever it says now (a rewrite
+    /// does not start the count again).
+    fn released_age(&mut self, node: &str, now: u64) -> u64 {
+        match self.released.get(node) {
+            Some(at) => now.saturating_sub(*at),
+            None => {
+                self.released.insert(node.to_string(), now);
                 0
             }
         }
@@ -421,8 +464,9 @@ mod tests {
     }
 
     /// Issue 41: after a release with a settle time no slot is granted until this node has
-    /// seen the released entry for more than that long (the entry's own settle time, at most a
-    /// day); a node taking a slot again replaces its own released entry, which it may remove.
+    /// seen the released entry for more than that long (the smaller of the entry's settle time
+    /// and this node's, at most a day); a node taking a slot again replaces its own released
+    /// entry, which it may remove.
     #[test]
     fn the_group_settles_after_a_release_by_this_nodes_clock() {
         let mut s = Slots::default();
@@ -436,11 +480,20 @@ mod tests {
             left,
         };
         // First seen at 100 (whole seconds): settled only once more than 20 s were seen.
-        assert_eq!(s.acquire_settled(me, 5000, 1, &mut seen, 100), settling(21));
-        assert_eq!(s.acquire_settled(me, 5000, 1, &mut seen, 115), settling(6));
-        assert_eq!(s.acquire_settled(me, 5000, 1, &mut seen, 120), settling(1));
         assert_eq!(
-            s.acquire_settled(me, 5000, 1, &mut seen, 121),
+            s.acquire_settled(me, 2001, 1, &mut seen, 100, 20),
+            settling(21)
+        );
+        assert_eq!(
+            s.acquire_settled(me, 2016, 1, &mut seen, 115, 20),
+            settling(6)
+        );
+        assert_eq!(
+            s.acquire_settled(me, 2021, 1, &mut seen, 120, 20),
+            settling(1)
+        );
+        assert_eq!(
+            s.acquire_settled(me, 2022, 1, &mut seen, 121, 20),
             Acquire::Obtained
         );
         // A node retaking its slot after its own release replaces its released entry.
@@ -448,9 +501,9 @@ mod tests {
         t.acquire("a", "n1", "b1", 1000, 1);
         t.release_settling("n1", 2000, 20);
         let mut seen = Sightings::default();
-        t.settling(&mut seen, 0);
+        t.settling(&mut seen, (0, 2000), 20);
         assert_eq!(
-            t.acquire_settled(("a", "n1", "b1"), 2100, 1, &mut seen, 30),
+            t.acquire_settled(("a", "n1", "b1"), 2100, 1, &mut seen, 30, 20),
             Acquire::Obtained
         );
         assert!(t.released.is_empty());
@@ -462,14 +515,88 @@ mod tests {
         s.release_settling("n2", 3000, 20);
         assert!(s.forget_release("n2"));
         assert!(!s.forget_release("n2"));
-        // An entry claiming a week's settle waits a day at most.
+        // An entry claiming a week's settle waits a day at most, and no longer than this
+        // node's own settle time; a node without one does not wait.
         s.released = vec![Released {
             node: "x".into(),
-            released: 0,
+            released: 10_000,
             settle: u64::MAX,
         }];
         let mut seen = Sightings::default();
-        assert_eq!(s.settling(&mut seen, 7), Some(("x".into(), 86_401)));
+        assert_eq!(
+            s.settling(&mut seen, (7, 10_000), u64::MAX),
+            Some(("x".into(), 86_401))
+        );
+        let mut seen = Sightings::default();
+        assert_eq!(
+            s.settling(&mut seen, (7, 10_000), 60),
+            Some(("x".into(), 61))
+        );
+        assert_eq!(s.settling(&mut Sightings::default(), (7, 10_000), 0), None);
+    }
+
+    /// Issue 64: a node cannot keep its group settling by rewriting its released entry (its
+    /// Lease entry is its own to write): the wait counts from this node's first sight of the
+    /// entry, whatever it says later. An entry that goes away and comes back is a new release.
+    /// One older than its wait by this node's clock (a deleted node's) has settled, also at a
+    /// new nodectld's first sight.
+    #[test]
+    fn rewritten_or_leftover_settle_entries_do_not_hold_a_group() {
+        let mut s = Slots::default();
+        let mut seen = Sightings::default();
+        let entry = |released, settle| Released {
+            node: "bad".into(),
+            released,
+            settle,
+        };
+        s.released = vec![entry(1_000, 600)];
+        assert_eq!(
+            s.settling(&mut seen, (0, 1_000), 600),
+            Some(("bad".into(), 601))
+        );
+        // Rewritten every minute with a fresh time and a day's settle: the count goes on.
+        for minute in 1..=10u64 {
+            s.released = vec![entry(1_000 + minute * 60, 86_400 + minute)];
+            assert_eq!(
+                s.settling(&mut seen, (minute * 60, 1_000 + minute * 60), 600),
+                Some(("bad".into(), 601 - minute * 60))
+            );
+        }
+        s.released = vec![entry(1_660, 86_400)];
+        assert_eq!(s.settling(&mut seen, (601, 1_601), 600), None);
+        let me = ("a", "good", "b1");
+        assert_eq!(
+            s.acquire_settled(me, 1_601, 1, &mut seen, 601, 600),
+            Acquire::Obtained
+        );
+        // Gone (the node took a slot again, or removed it), then back: a new release.
+        let mut t = Slots {
+            released: vec![entry(5_000, 600)],
+            ..Slots::default()
+        };
+        let mut seen = Sightings::default();
+        assert!(t.settling(&mut seen, (0, 5_000), 600).is_some());
+        t.released.clear();
+        assert_eq!(t.settling(&mut seen, (700, 5_700), 600), None);
+        t.released = vec![entry(5_700, 600)];
+        assert_eq!(
+            t.settling(&mut seen, (701, 5_701), 600),
+            Some(("bad".into(), 601))
+        );
+        // Left by a node long gone: settled at first sight, by this node's wall clock (an
+        // entry within the clocks' skew still counts).
+        let old = |released| Slots {
+            released: vec![entry(released, 600)],
+            ..Slots::default()
+        };
+        let now = 1_000_000;
+        assert_eq!(
+            old(now - 600 - CLOCK_SKEW - 1).settling(&mut Sightings::default(), (5, now), 600),
+            None
+        );
+        assert!(old(now - 600 - CLOCK_SKEW + 1)
+            .settling(&mut Sightings::default(), (5, now), 600)
+            .is_some());
     }
 
     /// A steady-state in the boot the slot was granted in keeps it until the reboot counts as
@@ -504,6 +631,7 @@ mod tests {
                 renewed,
                 boot: "b".into(),
                 hold: String::new(),
+                checked: false,
             });
             let mut seen = Sightings::default();
             assert!(s.clone().reclaim(&mut seen, 50, 3600).is_empty());

@@ -246,22 +246,7 @@ impl Follower {
             asked = tokio::select! {
                 sig = updates.next() => {
                     let Some(sig) = sig else { anyhow::bail!("update_engine's signal stream ended") };
-                    // A signal that does not decode (another signature) is skipped, not the end
-                    // of the follower; what is logged of its strings is bounded.
-                    match sig.args() {
-                        Ok(a) if a.current_operation == NEED_REBOOT => {
-                            tracing::info!(version = %bounded(&a.new_version), "update_engine: an update waits for a reboot");
-                            return Ok(());
-                        }
-                        Ok(a) => {
-                            tracing::debug!(operation = %bounded(&a.current_operation), "update_engine status");
-                            Asked::Other
-                        }
-                        Err(e) => {
-                            tracing::warn!("update_engine: a StatusUpdate signal that does not decode ({}); ignored", bounded(&e.to_string()));
-                            Asked::Other
-                        }
-                    }
+                    on_signal(&ue, &sig).await
                 }
                 owner = owners.next() => match owner {
                     None => anyhow::bail!("the system bus's stream of update_engine's owners ended"),
@@ -279,6 +264,39 @@ impl Follower {
                     ask(&ue).await
                 }
             };
+        }
+    }
+}
+
+/// What a `StatusUpdate` signal leads to. A signal is a wake-up, never the word (issue 64): only
+/// update_engine's answer to `GetStatus`, asked of its well-known name, reboots. Which unique
+/// name a signal must come from is what zbus believes of the name's owner, learnt from signals
+/// too (the class of GLib's CVE-2024-34397); a call to the well-known name reaches its owner by
+/// the bus's own routing. A signal addressed to this connection alone is dropped:
+/// update_engine broadcasts its own. One that does not decode (another signature) is skipped,
+/// not the end of the follower; what is logged of its strings is bounded.
+async fn on_signal(ue: &UpdateEngineProxy<'_>, sig: &StatusUpdate) -> Asked {
+    if sig.message().header().destination().is_some() {
+        tracing::debug!(
+            "update_engine: a StatusUpdate signal addressed to this connection alone; dropped"
+        );
+        return Asked::Other;
+    }
+    match sig.args() {
+        Ok(a) if a.current_operation == NEED_REBOOT => {
+            tracing::debug!("update_engine signalled NEED_REBOOT: asking its status");
+            ask(ue).await
+        }
+        Ok(a) => {
+            tracing::debug!(operation = %bounded(&a.current_operation), "update_engine status");
+            Asked::Other
+        }
+        Err(e) => {
+            tracing::warn!(
+                "update_engine: a StatusUpdate signal that does not decode ({}); ignored",
+                bounded(&e.to_string())
+            );
+            Asked::Other
         }
     }
 }

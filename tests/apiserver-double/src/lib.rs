@@ -209,6 +209,25 @@ struct Inner {
     ca_pem: String,
 }
 
+/// Injects faults into a running [`Double`] ([`Double::inject`]).
+#[derive(Clone)]
+pub struct Injector(Arc<Inner>);
+
+impl Injector {
+    /// The next `times` requests whose path starts with `prefix` get `fault`.
+    pub fn inject(&self, prefix: &str, fault: Fault, times: usize) {
+        self.0
+            .faults
+            .lock()
+            .expect("faults")
+            .push(faults::Injected {
+                prefix: prefix.into(),
+                fault,
+                left: times,
+            });
+    }
+}
+
 /// A running double. Dropping it stops it.
 pub struct Double {
     pub addr: SocketAddr,
@@ -616,15 +635,12 @@ impl Double {
 
     /// The next `times` requests whose path starts with `prefix` get `fault`.
     pub fn inject(&self, prefix: &str, fault: Fault, times: usize) {
-        self.inner
-            .faults
-            .lock()
-            .expect("faults")
-            .push(faults::Injected {
-                prefix: prefix.into(),
-                fault,
-                left: times,
-            });
+        self.injector().inject(prefix, fault, times);
+    }
+
+    /// A handle that injects faults from elsewhere (e.g. a test's command runner, mid-request).
+    pub fn injector(&self) -> Injector {
+        Injector(self.inner.clone())
     }
 
     /// Every request so far, faulted or not: (method, path, when since the start).

@@ -630,7 +630,9 @@ async fn zincati_drives_two_nodes_through_one_slot_with_drain_and_readiness() {
     assert_eq!((s, kind(&b)), (408, "timeout".into()), "{b}");
     note(s, &b);
 
-    let documented: BTreeSet<String> = KINDS.iter().map(|(k, _, _)| k.to_string()).collect();
+    let mut documented: BTreeSet<String> = KINDS.iter().map(|(k, _, _)| k.to_string()).collect();
+    // (produced and asserted by pre_reboot_checks_belong_to_the_slot)
+    documented.remove("in_progress");
     assert_eq!(
         seen, documented,
         "every documented error kind is produced by some request"
@@ -691,4 +693,147 @@ async fn idle_connections_and_huge_bodies_do_not_keep_zincati_out() {
     );
     ticker.abort();
     drop(idle);
+}
+
+/// The pre-reboot checks belong to the slot, not to the request that took it (issue 64, item 1):
+/// a slot held without their pass recorded runs them before any drain, whatever left it so.
+/// - Zincati gives up mid-check (its client's timeout): the request goes on to its end; asked
+///   again meanwhile, `in_progress`; once the check failed, `pre_check_failed`, never cordoned.
+/// - nodectld stops mid-check (the request's future dropped, as a crash drops it), a new one
+///   serves the next request: the checks run on the slot it kept, and fail.
+/// - the release after failed checks is refused by the API: every request refuses until it
+///   went through, also once the back-off is over.
+/// Before issue 64 each of these went from a kept slot straight to the drain and a 200.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pre_reboot_checks_belong_to_the_slot() {
+    let api = Double::start(Options::default()).await.unwrap();
+    let runner: nodectl::reboot::commands::RunCommand = Arc::new(|unit, argv, env, t| {
+        Box::pin(async move {
+            nodectl_apiserver_double::transient_unit_standin(&unit, &argv, &env, t).await
+        })
+    });
+    let checked = |group: &str, pre: &[&str], timeout: u64, backoff: u64| Policy {
+        group: group.into(),
+        checks: nodectl::reboot::commands::Checks {
+            pre: vec![pre.iter().map(|a| a.to_string()).collect()],
+            post: Vec::new(),
+            timeout: Duration::from_secs(timeout),
+        },
+        check_backoff: Duration::from_secs(backoff),
+        drain_wait: Duration::from_millis(200),
+        ..Policy::default()
+    };
+    let cordoned = |node: &str| api.node(node).unwrap()["spec"]["unschedulable"] == true;
+
+    // Given up mid-check: the check (a sleep killed at its 8 s timeout) goes on without it.
+    api.set_node("g1", true);
+    let g1 = endpoint(
+        &api,
+        "g1",
+        "idg1",
+        checked("gave-up", &["/bin/sleep", "60"], 8, 600),
+    )
+    .await;
+    g1.coordinator.set_command_runner(runner.clone());
+    let pg = params("idg1", "gave-up");
+    let t0 = std::time::Instant::now();
+    let gone = tokio::time::timeout(
+        Duration::from_millis(500),
+        post(g1.addr, "POST", fleetlock::PRE_REBOOT, true, &pg),
+    )
+    .await;
+    assert!(gone.is_err(), "answered before the check ended: {gone:?}");
+    let (s, b) = post(g1.addr, "POST", fleetlock::PRE_REBOOT, true, &pg).await;
+    assert_eq!((s, kind(&b)), (423, "in_progress".into()), "{b}");
+    assert!(b.contains("running 1 pre-reboot check(s)"), "{b}");
+    assert!(!cordoned("g1"));
+    let (s, b) = post(g1.addr, "POST", fleetlock::PRE_REBOOT, true, &pg).await;
+    assert_eq!((s, kind(&b)), (423, "pre_check_failed".into()), "{b}");
+    assert!(b.contains("next try in"), "{b}");
+    assert!(t0.elapsed() >= Duration::from_secs(8), "{:?}", t0.elapsed());
+    assert!(!cordoned("g1"), "cordoned with its checks failed");
+    assert!(
+        g1.coordinator.status().holders.is_empty(),
+        "the slot is kept"
+    );
+
+    // Stopped mid-check (the future dropped: no request goes on after a crash); a new nodectld
+    // finds the slot held, without the checks' pass.
+    api.set_node("r1", true);
+    let r1 = endpoint(
+        &api,
+        "r1",
+        "idr1",
+        checked("restarted", &["/bin/sleep", "60"], 30, 600),
+    )
+    .await;
+    r1.coordinator.set_command_runner(runner.clone());
+    let cut = tokio::time::timeout(
+        Duration::from_millis(500),
+        r1.coordinator.pre_reboot_as(
+            &r1.coordinator.params(),
+            nodectl::reboot::coordinator::Ask::Updater,
+        ),
+    )
+    .await;
+    assert!(cut.is_err(), "{cut:?}");
+    drop(r1);
+    let r1 = endpoint(
+        &api,
+        "r1",
+        "idr1",
+        checked("restarted", &["/bin/false"], 5, 600),
+    )
+    .await;
+    r1.coordinator.set_command_runner(runner.clone());
+    let pr = params("idr1", "restarted");
+    let (s, b) = post(r1.addr, "POST", fleetlock::PRE_REBOOT, true, &pr).await;
+    assert_eq!((s, kind(&b)), (423, "pre_check_failed".into()), "{b}");
+    assert!(b.contains("pre-reboot check 1 (/bin/false) failed"), "{b}");
+    assert!(
+        !cordoned("r1"),
+        "cordoned on a slot whose checks never passed"
+    );
+    assert!(r1.coordinator.status().holders.is_empty());
+
+    // The release after failed checks refused (503 on the group's Lease, injected while the
+    // check runs): refused until the release went through, past the 1 s back-off too.
+    api.set_node("f1", true);
+    let injector = api.injector();
+    let failing: nodectl::reboot::commands::RunCommand = Arc::new(move |_, _, _, _| {
+        let i = injector.clone();
+        Box::pin(async move {
+            i.inject(
+                "/apis/coordination.k8s.io/v1/namespaces/nodectl-reboot/leases/reboot-refused",
+                nodectl_apiserver_double::Fault::Status {
+                    code: 503,
+                    retry_after: None,
+                },
+                2,
+            );
+            Err("pre-reboot check 1 failed (injected)".to_string())
+        })
+    });
+    let f1 = endpoint(
+        &api,
+        "f1",
+        "idf1",
+        checked("refused", &["/bin/false"], 5, 1),
+    )
+    .await;
+    f1.coordinator.set_command_runner(failing);
+    let pf = params("idf1", "refused");
+    let (s, b) = post(f1.addr, "POST", fleetlock::PRE_REBOOT, true, &pf).await;
+    assert_eq!((s, kind(&b)), (423, "pre_check_failed".into()), "{b}");
+    assert!(b.contains("could not be given back"), "{b}");
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let (s, b) = post(f1.addr, "POST", fleetlock::PRE_REBOOT, true, &pf).await;
+    assert_eq!((s, kind(&b)), (423, "pre_check_failed".into()), "{b}");
+    assert!(b.contains("no reboot until it is"), "{b}");
+    assert!(!cordoned("f1"));
+    // The API back: the slot given back first, then the checks again (failing here).
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let (s, b) = post(f1.addr, "POST", fleetlock::PRE_REBOOT, true, &pf).await;
+    assert_eq!((s, kind(&b)), (423, "pre_check_failed".into()), "{b}");
+    assert!(!cordoned("f1"));
 }

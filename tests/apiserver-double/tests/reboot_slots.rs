@@ -385,6 +385,7 @@ async fn a_future_dated_frozen_or_skewed_holder_does_not_stop_the_groups_reboots
             renewed,
             boot: "b".into(),
             hold: String::new(),
+            checked: false,
         };
         let sq = squatter.clone();
         as_node("squatter")

@@ -1,7 +1,9 @@
 //! The operator's checks around a reboot ([`super::super::commands`]): pre-reboot checks once
-//! the slot is taken and before the drain (a failure gives the slot back and backs off:
-//! doubling from `Policy::check_backoff`, at most an hour), post-reboot checks after the boot
-//! before the release (a failure keeps the slot: the node is not back yet).
+//! the slot is held and before the drain, until their pass is recorded in the slot's entry (a
+//! failure gives the slot back and backs off: doubling from `Policy::check_backoff`, at most
+//! an hour; a slot that could not be given back is asked again before anything else),
+//! post-reboot checks after the boot before the release (a failure keeps the slot: the node is
+//! not back yet).
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -15,6 +17,10 @@ use super::super::lease::LeaseLock;
 use super::super::slots::Slots;
 use super::{internal, LeaseCoordinator};
 
+/// How long a pre-reboot request waits for an earlier one of this node still under way before
+/// it answers `in_progress`.
+pub(super) const PRE_LOCK_WAIT: Duration = Duration::from_secs(5);
+
 /// The longest back-off after failed pre-reboot checks.
 const MAX_BACKOFF: Duration = Duration::from_secs(3600);
 
@@ -26,8 +32,20 @@ pub(super) struct CheckState {
     /// One run of post-reboot checks at a time (Zincati may ask again while they run; the
     /// pre-reboot ones run under the coordinator's pre-reboot lock).
     running: tokio::sync::Mutex<()>,
-    /// Pre-reboot checks failed this many times in a row; no new try before the instant.
-    failures: Mutex<(u32, Option<Instant>)>,
+    /// After failed pre-reboot checks: how many in a row, and no new try before when.
+    failures: Mutex<Failures>,
+}
+
+/// What failed pre-reboot checks left.
+#[derive(Default)]
+struct Failures {
+    /// Failed this many times in a row.
+    count: u32,
+    /// No new try before this.
+    until: Option<Instant>,
+    /// The slot they were run for could not be given back: every request refuses until it
+    /// is (issue 64: before, only a warning, and the next request drained on the kept slot).
+    owe_release: bool,
 }
 
 impl LeaseCoordinator {
@@ -45,9 +63,25 @@ impl LeaseCoordinator {
             .ok_or_else(|| internal("reboot checks are set, but nothing runs them here"))
     }
 
+    /// The answer to a pre-reboot request while an earlier one is still under way (its checks,
+    /// its drain): what it is doing, from the status.
+    pub(super) fn in_progress(&self) -> Refusal {
+        let st = self.status.lock().expect("status").clone();
+        Refusal::new(
+            StatusCode::LOCKED,
+            "in_progress",
+            format!(
+                "an earlier pre-reboot request of this node is still under way ({}: {}); ask again",
+                st.state, st.detail
+            ),
+        )
+    }
+
     /// While the last pre-reboot checks' back-off lasts: the refusal (no slot is asked for).
     pub(super) fn pre_backoff(&self) -> Option<Refusal> {
-        let (n, until) = *self.checks.failures.lock().expect("failures");
+        let f = self.checks.failures.lock().expect("failures");
+        let (n, until) = (f.count, f.until);
+        drop(f);
         let left = until?.checked_duration_since(Instant::now())?;
         let mut r = Refusal::new(
             StatusCode::LOCKED,
@@ -61,17 +95,51 @@ impl LeaseCoordinator {
         Some(r)
     }
 
-    /// Runs the pre-reboot checks for a slot just taken (nothing cordoned or drained yet); a
-    /// failure gives the slot back and backs off.
+    /// After failed checks whose slot could not be given back: gives it back now, or refuses
+    /// (`pre_check_failed`) while it cannot.
+    pub(super) async fn owed_release(
+        &self,
+        p: &ClientParams,
+        lock: &LeaseLock,
+        force: bool,
+    ) -> Result<(), Refusal> {
+        if force || !self.checks.failures.lock().expect("failures").owe_release {
+            return Ok(());
+        }
+        match lock.modify(|s| s.release(&self.node)).await {
+            Ok(_) => {
+                tracing::info!(group = %p.group, "gave back the slot kept after failed pre-reboot checks");
+                self.checks.failures.lock().expect("failures").owe_release = false;
+                Ok(())
+            }
+            Err(e) => Err(Refusal::new(
+                StatusCode::LOCKED,
+                "pre_check_failed",
+                format!(
+                    "the pre-reboot checks failed and the slot could not be given back yet ({e}); no reboot until it is"
+                ),
+            )),
+        }
+    }
+
+    /// Runs the pre-reboot checks for this node's slot and records their pass in its entry; a
+    /// failure gives the slot back and backs off. The checks belong to the slot: they run
+    /// while its entry does not record their pass, whether the slot was just taken or kept
+    /// from a request that never finished them (given up, nodectld restarted, their failure's
+    /// release refused). Nothing is cordoned before they pass, so a failure gives the slot back
+    /// clean. A slot past them (e.g. across a restart mid-drain) goes on; so does a maintenance
+    /// hold an operator's reboot took over (marked checked then: the operator's), and a forced
+    /// reboot.
     pub(super) async fn pre_checks(
         &self,
         p: &ClientParams,
         lock: &LeaseLock,
-        slots: &Slots,
-    ) -> Result<(), Refusal> {
+        slots: Slots,
+        force: bool,
+    ) -> Result<Slots, Refusal> {
         let checks = &self.policy.checks;
-        if checks.pre.is_empty() {
-            return Ok(());
+        if checks.pre.is_empty() || force || !slots.unchecked(&self.node) {
+            return Ok(slots);
         }
         let d = format!("running {} pre-reboot check(s)", checks.pre.len());
         self.set("checking", d, &p.group, slots.holders.clone());
@@ -81,30 +149,41 @@ impl LeaseCoordinator {
             Err(r) => Err(r.value),
         };
         let Err(e) = ran else {
-            *self.checks.failures.lock().expect("failures") = (0, None);
-            return Ok(());
+            *self.checks.failures.lock().expect("failures") = Failures::default();
+            // (not recorded: the slot stays unchecked, and the next request runs them again)
+            let (_, slots) = lock
+                .modify(|s| s.set_checked(&self.node))
+                .await
+                .map_err(|e| internal(format!("recording the pre-reboot checks' pass: {e}")))?;
+            return Ok(slots);
         };
         // Nothing is drained yet: the slot goes back at once for another node to use.
-        let holders = match lock.modify(|s| s.release(&self.node)).await {
-            Ok((_, s)) => s.holders,
+        let (holders, kept) = match lock.modify(|s| s.release(&self.node)).await {
+            Ok((_, s)) => (s.holders, false),
             Err(le) => {
-                tracing::warn!("giving the slot back after failed pre-reboot checks: {le}");
-                slots.holders.clone()
+                tracing::warn!("giving the slot back after failed pre-reboot checks: {le} (asked again before any other reboot of this node)");
+                (slots.holders.clone(), true)
             }
         };
         let backoff = {
             let mut f = self.checks.failures.lock().expect("failures");
-            f.0 += 1;
+            f.count += 1;
+            f.owe_release = kept;
             let b = self
                 .policy
                 .check_backoff
-                .saturating_mul(1 << (f.0 - 1).min(16))
+                .saturating_mul(1 << (f.count - 1).min(16))
                 .min(MAX_BACKOFF);
-            f.1 = Some(Instant::now() + b);
+            f.until = Some(Instant::now() + b);
             b
         };
         let d = format!(
-            "{e}; slot released, next try in {} s",
+            "{e}; {}, next try in {} s",
+            if kept {
+                "the slot could not be given back yet"
+            } else {
+                "slot released"
+            },
             backoff.as_secs().max(1)
         );
         let found = [Blocked {

