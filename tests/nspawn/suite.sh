@@ -267,8 +267,9 @@ setup "(the new reboot settings apply)" wait_until 10 sh -c \
   "[ \$(journalctl -u nodectld.service -o cat | grep -c 'restarting reboot coordination') -gt $r0 ]"
 out=$(GIVE_UP=2 fleetlock /v1/pre-reboot "$id" 9456)
 check "a client that gives up after 2 s has no answer" test -z "$out"
+# (a Type=oneshot unit is activating until its command ends)
 check "the check goes on (its transient unit)" wait_until 5 sh -c \
-  'systemctl list-units --state=active --no-legend "nodectl-pre-reboot-1-*.service" | grep -q .'
+  'systemctl list-units --state=activating,active --no-legend "nodectl-pre-reboot-1-*.service" | grep -q .'
 out=$(fleetlock /v1/pre-reboot "$id" 9456)
 printf '%s\n' "$out" | tail -1 | sed 's/^/  | /'
 check "asked again while it runs: 423, not 200" grep -q '^HTTP/1.1 423' <<<"$out"
