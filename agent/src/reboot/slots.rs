@@ -142,24 +142,19 @@ impl Slots {
     /// Sets (a reason) or clears (`""`) the maintenance hold of `node`'s slot; false when it
     /// holds none.
     pub fn set_hold(&mut self, node: &str, reason: &str) -> bool {
-        match self.holders.iter_mut().find(|h| h.node == node) {
-            Some(h) => {
-                h.hold = reason.to_string();
-                true
-            }
-            None => false,
-        }
+        self.holder_mut(node)
+            .map(|h| h.hold = reason.to_string())
+            .is_some()
+    }
+
+    /// `node`'s entry among the holders.
+    fn holder_mut(&mut self, node: &str) -> Option<&mut Holder> {
+        self.holders.iter_mut().find(|h| h.node == node)
     }
 
     /// Marks the pre-reboot checks of `node`'s slot passed; false when it holds none.
     pub fn set_checked(&mut self, node: &str) -> bool {
-        match self.holders.iter_mut().find(|h| h.node == node) {
-            Some(h) => {
-                h.checked = true;
-                true
-            }
-            None => false,
-        }
+        self.holder_mut(node).map(|h| h.checked = true).is_some()
     }
 
     /// Whether `node` holds a slot whose pre-reboot checks have not passed.
