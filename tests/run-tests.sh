@@ -107,6 +107,7 @@ if [ -z "${NODECTL_RUN_LOCKED:-}" ]; then
     exit 2
   fi
   export NODECTL_RUN_LOCKED=$$
+  toplevel=1
 fi
 # descendants PID: every process under PID.
 descendants() { local c; for c in $(pgrep -P "$1"); do echo "$c"; descendants "$c"; done; }
@@ -133,6 +134,10 @@ trap 'interrupted HUP 129' HUP
 bg() { "$@" 9>&- & wait $!; }
 hdr "host setup"
 tests/vm/setup-host.sh || exit 1
+# A fresh clone's target/ starts from the built dependencies kept in /var/cache like the VM
+# image (tests/lib/cargo-cache.sh: the workspace's own crates always build here); kept again
+# at the end of the run.
+[ -z "${toplevel:-}" ] || tests/lib/cargo-cache.sh restore
 
 # guests: whether the selected tiers run the guests (nspawn, the VM), which need the builds below.
 guests() { [[ " $TIERS " == *" 2 "* || " $TIERS " == *" 3 "* || $BENCH = 1 ]]; }
@@ -146,67 +151,68 @@ RELEASE_BUILD='cargo build --release --locked -p nodectl -p kubectl-nodectl --bi
   cargo build --release --locked -p nodectl-selinux --example relabel-bench &&
   cargo build --release --locked -p nodectl-butane'
 release_pid=
-if [[ " $TIERS " == *" 1 "* ]]; then
-  hdr "tier 1: cargo test"
+# start_release: what ships (fat LTO, one codegen unit: mostly one core), built while tier 1's
+# tests, tier 2's crash campaigns and the guests' staging run, at the lowest CPU priority so that
+# they see the machine as without it; its output is shown when the VM's staging waits for it.
+start_release() {
+  release_log=$(mktemp /tmp/nodectl-release-build.XXXXXX)
+  release_start=$SECONDS
+  # Nice 19 in a session of its own whose autogroup is niced too: with autogroups on
+  # (kernel.sched_autogroup_enabled, Debian's default) a process's nice weighs only within
+  # its session, and nspawn's services and QEMU each run in sessions of their own: a build
+  # at nice 19 in this script's session took a third of the CPU from tier 2's nodectld
+  # (its swap check saw no three passes in 20 s). (setsid does not fork here: a background
+  # job is no group leader, so $! is the new session's leader, a child of this script.)
+  setsid sh -c 'echo 19 >/proc/self/autogroup 2>/dev/null; exec nice -n 19 sh -c "$1"' _ \
+    "$RELEASE_BUILD; rc=\$?; echo \"(the release build ended \$((\$(date +%s) - $(date +%s))) s after it started)\"; exit \$rc" >"$release_log" 2>&1 9>&- &
+  release_pid=$!
+}
+# Jobs in the background, for what waits more than it computes (docs/testing.md, "The
+# schedule"): `job NAME CMD...` starts CMD with its output in a file of its own; `join NAME`
+# waits for it, prints that output whole under a header of its own and returns CMD's status.
+declare -A job_pid job_log job_start
+job() {
+  local n=$1; shift
+  job_log[$n]=$(mktemp /tmp/nodectl-job.XXXXXX)
+  job_start[$n]=$SECONDS
+  "$@" >"${job_log[$n]}" 2>&1 9>&- &
+  job_pid[$n]=$!
+  echo "(${n}: started in the background at ${SECONDS} s; its output when it ends)"
+}
+join() {
+  local n=$1 rc
+  wait "${job_pid[$n]}"
+  rc=$?
+  hdr "$n (started in the background at ${job_start[$n]} s; exit $rc)"
+  cat "${job_log[$n]}"
+  rm -f "${job_log[$n]}"
+  echo "($n took $((SECONDS - job_start[$n])) s; joined at $SECONDS s)"
+  return $rc
+}
+tier1() { [[ " $TIERS " == *" 1 "* ]]; }
+tier2() { [[ " $TIERS " == *" 2 "* ]]; }
+build_rc=0
+if tier1 || guests; then
+  hdr "the test build (cargo test --no-run)"
   # Build first and flush what the build wrote: on a fresh clone gigabytes of build output are
   # still being written back, and the tests that time an fsync'd write (approval_latency's
   # 50 ms guard) would measure that writeback instead (57 ms seen once on a fresh clone).
-  # A build that fails fails the tier (tests/runner-test.sh shows it).
+  # A build that fails fails tier 1 (tests/runner-test.sh shows it) and stops the guests'.
   start=$SECONDS
   bg sh -c 'cargo test --workspace --no-run 2>&1 && sync'
-  rc=$?
-  if [ "$rc" = 0 ] && needs_release; then
-    # What ships (fat LTO, one codegen unit: mostly one core, ~5 min beside the rest) builds
-    # while tier 1's tests, the guests' debug build and tier 2 run, at the lowest CPU priority
-    # so that they see the machine as without it; its output is shown when the VM's staging
-    # waits for it.
-    release_log=$(mktemp /tmp/nodectl-release-build.XXXXXX)
-    release_start=$SECONDS
-    # Nice 19 in a session of its own whose autogroup is niced too: with autogroups on
-    # (kernel.sched_autogroup_enabled, Debian's default) a process's nice weighs only within
-    # its session, and nspawn's services and QEMU each run in sessions of their own: a build
-    # at nice 19 in this script's session took a third of the CPU from tier 2's nodectld
-    # (its swap check saw no three passes in 20 s). (setsid does not fork here: a background
-    # job is no group leader, so $! is the new session's leader, a child of this script.)
-    setsid sh -c 'echo 19 >/proc/self/autogroup 2>/dev/null; exec nice -n 19 sh -c "$1"' _ \
-      "$RELEASE_BUILD; rc=\$?; echo \"(the release build ended \$((\$(date +%s) - $(date +%s))) s after it started)\"; exit \$rc" >"$release_log" 2>&1 9>&- &
-    release_pid=$!
-  fi
-  # The crash campaign first (binaries with crash points, feature failpoints; sampled, or >= 500
-  # kills under --full; ~35 s, its build included), then every test. --workspace as above: the
-  # same features for every dependency, so that only nodectl and nodectl-units build again, not
-  # 32 crates (35 s); the plain build's binaries are linked back into target/debug by the second
-  # command (cargo uplifts a fresh build's binaries again), so every test runs the plain ones.
-  # (first: tests/runner-test.sh's planted failing trial costs the campaign, not every test)
-  # The tests' status is the tier's: an `if`, not `[ ... ] && rc=$?`, whose $? is the test's
-  # (issue 63: that form recorded every failing test as PASS; tests/runner-test.sh plants one).
-  # Every test binary runs (--no-fail-fast: a failing one hid every binary after it), but in
-  # runner-test.sh's copies, whose planted failure is in the first binary cargo runs: there the
-  # rest would only cost time (~2 minutes a copy).
-  export NFF=--no-fail-fast
-  [ -z "${NODECTL_RUNNER_TEST:-}" ] || NFF=
-  if [ "$rc" = 0 ]; then
-    bg sh -c 'cargo test --workspace --features nodectl/failpoints --test crash_campaign -- --nocapture 2>&1 &&
-      cargo test --workspace $NFF 2>&1'
-    rc=$?
-  fi
-  record 1 $rc
-  echo "(tier 1 took $((SECONDS - start)) s)"
-  if [ -z "${NODECTL_RUNNER_TEST:-}" ]; then # (not in the copy runner-test.sh runs; after tier 1, whose
-    # built dependencies it links in)
-    hdr "tier 1 runner: a test that does not compile fails tier 1"
-    start=$SECONDS
-    bg tests/runner-test.sh
-    record 1-runner $?
-    echo "(tier 1-runner took $((SECONDS - start)) s)"
-  fi
+  build_rc=$?
+  echo "(the test build took $((SECONDS - start)) s)"
+  [ "$build_rc" = 0 ] && needs_release && start_release
 fi
 
 stage=$(mktemp -d /tmp/nodectl-stage.XXXXXX)
-trap 'rm -rf "$stage" "$stage.crash" "$stage.nspawn" "$stage.gnupg" ${release_log:-}' EXIT
+# (an exit with a job still in the background, e.g. a failed release build while tier 2's
+# suite.sh runs, stops it first: nothing of this run is left running)
+trap 'stop_children; rm -rf "$stage" "$stage.crash" "$stage.nspawn" "$stage.gnupg" ${release_log:-} ${job_log[@]:-}' EXIT
 echo "$SEED" >"$stage/seed"
 if guests; then
   hdr "build binaries for the guests"
+  [ "$build_rc" = 0 ] || { echo "the test build failed (exit $build_rc): nothing for the guests" >&2; exit 1; }
   # The crash campaign on real systemd (tier 2's crash.sh): its test binary and nodectl with
   # crash points, taken before the plain build below puts the plain nodectl in its place.
   campaign=$(cargo test --workspace --features nodectl/failpoints --test crash_campaign --no-run --message-format=json \
@@ -220,7 +226,7 @@ if guests; then
   for b in nodectl nodectld; do
     grep -q 'systemd::start' "$stage.crash/$b-failpoints" || { echo "target/debug/$b has no crash points" >&2; exit 1; }
   done
-  # The plain binaries: tier 1's test build has them all (nodectl's, the API double's and, for
+  # The plain binaries: the test build has them all (nodectl's, the API double's and, for
   # tests/testkit/tests/tools.rs, the testkit's); this puts the plain nodectl back in place of
   # the one with crash points (a build of them with `cargo build`'s features took 21 s more).
   cargo test --workspace --no-run --quiet || exit 1
@@ -245,32 +251,84 @@ if guests; then
      docs/examples/bootstrap-kubeconfig "$stage/"
   cp -a tests/kubelet-standin "$stage/"
   mkdir -p "$stage/butane" && cp packaging/butane/*.bu "$stage/butane/"
+  sync # (what was staged is written back before tier 1's timed fsyncs, as the build above)
   hdr "test image"
   tests/vm/build-image.sh || exit 1
 fi
 
-if [[ " $TIERS " == *" 2 "* ]]; then
+if tier2; then
   hdr "tier 2: systemd-nspawn"
-  start=$SECONDS
+  t2start=$SECONDS
   # The reboot gates' real Prometheus and node_exporter (Debian's, statically linked but for
-  # libc) and an admin client for the double's pods, for this suite only (not in $stage: the
+  # libc) and an admin client for the double's pods, for suite.sh only (not in $stage: the
   # VM guests do not need them)
   mkdir -p "$stage.nspawn"
   cp /usr/bin/prometheus /usr/bin/prometheus-node-exporter tests/nspawn/kube-admin.py "$stage.nspawn/" || {
     echo "prometheus, prometheus-node-exporter: run tests/vm/setup-host.sh" >&2; exit 1; }
-  bg tests/vm/run-in-nspawn.sh tests/nspawn/suite.sh "$stage"/* "$stage.nspawn"/*
-  rc=$?
-  echo "(tier 2 suite.sh took $((SECONDS - start)) s)"
-  cstart=$SECONDS
   # The crash campaigns on real systemd (nodectl apply's, the daemon's), in a boot of their own
-  # (a fresh node): sampled ~30 s and ~80 s; under --full ~200 s each.
-  NSPAWN_TIMEOUT=1800 bg tests/vm/run-in-nspawn.sh tests/nspawn/crash.sh "$stage"/check.sh "$stage"/nodectld.service \
+  # (a fresh node): sampled ~30 s and ~80 s, one core; under --full ~200 s each. In the
+  # background beside tier 1's tests, which mostly wait (one nspawn at a time: suite.sh after it).
+  NSPAWN_TIMEOUT=1800 job "tier 2 crash.sh" tests/vm/run-in-nspawn.sh tests/nspawn/crash.sh "$stage"/check.sh "$stage"/nodectld.service \
     "$stage"/org.nodectl.Agent1.conf "$stage"/seed "$stage.crash"/*
-  crc=$?
-  echo "(tier 2 crash.sh took $((SECONDS - cstart)) s)"
-  record 2 $((rc != 0 ? rc : crc))
-  echo "(tier 2 took $((SECONDS - start)) s)"
+  # (its files now: the release's, staged later, are not suite.sh's)
+  t2files=("$stage"/* "$stage.nspawn"/*)
 fi
+
+if tier1; then
+  hdr "tier 1: cargo test"
+  start=$SECONDS
+  rc=$build_rc
+  # The crash campaign first (binaries with crash points, feature failpoints; sampled, or >= 500
+  # kills under --full; ~35 s, its build included), then every test. --workspace as above: the
+  # same features for every dependency, so that only nodectl and nodectl-units build again, not
+  # 32 crates (35 s); the plain build's binaries are linked back into target/debug by the second
+  # command (cargo uplifts a fresh build's binaries again), so every test runs the plain ones.
+  # (first: tests/runner-test.sh's planted failing trial costs the campaign, not every test)
+  # The tests' status is the tier's: an `if`, not `[ ... ] && rc=$?`, whose $? is the test's
+  # (issue 63: that form recorded every failing test as PASS; tests/runner-test.sh plants one).
+  # Every test binary runs (--no-fail-fast: a failing one hid every binary after it), but in
+  # runner-test.sh's copies, whose planted failure is in the first binary cargo runs: there the
+  # rest would only cost time (~2 minutes a copy).
+  export NFF=--no-fail-fast
+  [ -z "${NODECTL_RUNNER_TEST:-}" ] || NFF=
+  if [ "$rc" = 0 ]; then
+    bg sh -c 'cargo test --workspace --features nodectl/failpoints --test crash_campaign -- --nocapture 2>&1 &&
+      cargo test --workspace $NFF 2>&1'
+    rc=$?
+  fi
+  record 1 $rc
+  echo "(tier 1 took $((SECONDS - start)) s)"
+fi
+
+if tier2; then
+  join "tier 2 crash.sh"
+  crc=$?
+fi
+if tier1 && [ -z "${NODECTL_RUNNER_TEST:-}" ]; then # (not in the copies runner-test.sh runs; after
+  # tier 1, whose built dependencies it links in, and after crash.sh: its tier-2 copies boot
+  # nspawn containers of their own)
+  hdr "tier 1 runner: planted faults fail the run (a test that does not compile, fails, a failed trial, a tier 2 job)"
+  start=$SECONDS
+  bg tests/runner-test.sh
+  record 1-runner $?
+  echo "(tier 1-runner took $((SECONDS - start)) s)"
+fi
+if tier2; then
+  # suite.sh mostly waits on real systemd's timers and the double (~5% of one core): in the
+  # background beside the release build's wait and the VM's suites; joined after them.
+  job "tier 2 suite.sh" tests/vm/run-in-nspawn.sh tests/nspawn/suite.sh "${t2files[@]}"
+fi
+# join_tier2: suite.sh's end and tier 2's result (once; after the VM's suites, or at once
+# without them).
+join_tier2() {
+  tier2 && [ -z "${tier2_joined:-}" ] || return 0
+  tier2_joined=1
+  join "tier 2 suite.sh"
+  local rc=$?
+  record 2 $((rc != 0 ? rc : crc))
+  echo "(tier 2 took $((SECONDS - t2start)) s from its start, crash.sh and suite.sh in the background)"
+}
+
 
 if guests && needs_release; then
   hdr "what ships, for the VM: the release build, packaging/release.sh's artifacts"
@@ -320,6 +378,7 @@ if [[ " $TIERS " == *" 3 "* ]]; then
     record 3 $?
     echo "(tier 3 suites took $((SECONDS - start)) s)"
   fi
+  join_tier2
   if vm_suite reboot.sh; then
     rstart=$SECONDS
     # Flatcar's reboot for an update through one real reboot (reboot.sh): the update_engine
@@ -353,6 +412,8 @@ if [[ " $TIERS " == *" 3 "* ]]; then
   echo "(tier 3 took $((SECONDS - start)) s; suite boots retried after a hang: $vm_retries)"
 fi
 
+join_tier2
+
 if [[ " $TIERS " == *" probe "* ]]; then
   # (tests/vm/harness-test.sh: a run interrupted while its VM runs leaves nothing behind)
   hdr "probe: a VM whose suite sleeps"
@@ -375,6 +436,11 @@ if [ "$BENCH" = 1 ]; then
   grep -q "^## the table (docs/testing.md; bench mode: $mode)" "$log" && grep -q '^bench: [0-9]* passed' "$log" || { [ "$rc" = 0 ] && rc=1; }
   record bench "$rc"
   echo "(the benchmark took $((SECONDS - start)) s; its output: $log)"
+fi
+
+if [ -n "${toplevel:-}" ] && { [[ " $TIERS " == *" 1 "* ]] || guests; }; then
+  hdr "the built dependencies, kept for the next clone"
+  tests/lib/cargo-cache.sh save
 fi
 
 hdr "summary"

@@ -1,8 +1,9 @@
 #!/bin/bash
 # runner-test.sh: the README's test command fails when a test does not build (issue 39: it once
 # recorded "PASS tier 1" after a compile error), when a test fails and when a crash-campaign
-# trial fails (issue 63: every failing test was recorded as PASS), and refuses tiers it does not
-# know. Here: for each planted fault, a copy of the checkout (its tracked files as they are in
+# trial fails (issue 63: every failing test was recorded as PASS), when either of tier 2's
+# background jobs (crash.sh, suite.sh: run-tests.sh's job/join) fails, and refuses tiers it does
+# not know. Here: for each planted fault, a copy of the checkout (its tracked files as they are in
 # the work tree), tier 1 only, must exit non-zero, name the planted fault and record
 # "FAIL tier 1". The copy builds in a target directory of its own (removed with
 # it): cargo hashes a workspace's crates by their paths inside it, so a shared target directory
@@ -18,6 +19,7 @@ cd "$(dirname "$0")/.."
 copy=$(mktemp -d /tmp/nodectl-runner.XXXXXX)
 trap 'rm -rf "$copy"' EXIT
 fails=0
+PLANT_TIER=1 # (the tier a planted copy runs)
 verdict() { # verdict WHAT OK
   if [ "$2" = 0 ]; then echo "ok   - $1"; else echo "FAIL - $1"; fails=$((fails + 1)); fi
 }
@@ -77,9 +79,10 @@ verdict "avc-gate: a denial it cannot read as a kind (no tcontext, no program) f
 grep -q 'UNREAD .*{ status }' <<<"$out"
 verdict "avc-gate: the unread line is printed" $?
 rm -f "$copy/avc.log" "$copy/expected"
-# planted_run NAME: a fresh copy of the checkout in $copy (its tracked files as they are in the
-# work tree), planted by the function NAME (given the copy's path), then tier 1 alone in it;
-# sets $out (its output) and $rc (its exit status).
+# planted_run NAME [MAX [MIN]]: a fresh copy of the checkout in $copy (its tracked files as they are in the
+# work tree), planted by the function NAME (given the copy's path), then tier $PLANT_TIER alone
+# in it, from MIN to MAX crates compiled (1 and 1 by default: the planted one); sets $out (its
+# output) and $rc (its exit status).
 planted_run() {
   rm -rf "$copy" && mkdir -p "$copy" || { echo "runner-test: cannot make $copy" >&2; exit 1; }
   git ls-files -z | tar --null -T - -cf - 2>/dev/null | tar -xf - -C "$copy" || { echo "runner-test: cannot copy the checkout" >&2; exit 1; }
@@ -90,7 +93,7 @@ planted_run() {
   else
     compiled=$(grep -c '^ *Compiling ' <<<"$out")
     verdict "$1: the planted crate alone was compiled, against the checkout's crates as built ($compiled crates compiled)" \
-      "$((compiled < 1 || compiled > ${2:-1}))"
+      "$((compiled < ${3:-1} || compiled > ${2:-1}))"
   fi
 }
 # Fast path (root, the checkout's own target/): the copy is bind-mounted over the checkout's
@@ -106,7 +109,7 @@ fast() {
   mkdir -p "$copy/target" && cp -al target/debug "$copy/target/debug" 2>/dev/null || return 1
   cp -a target/.rustc_info.json target/CACHEDIR.TAG "$copy/target/" 2>/dev/null
   rm -f "$copy/target/debug/.cargo-lock"
-  NODECTL_RUNNER_TEST=1 TIERS=1 unshare -m sh -c \
+  NODECTL_RUNNER_TEST=1 TIERS=$PLANT_TIER unshare -m sh -c \
     'mount --make-rprivate / && mount --bind "$1" "$2" && cd "$2" && exec tests/run-tests.sh' _ "$copy" "$PWD" 2>&1
 }
 slow() {
@@ -135,7 +138,7 @@ slow() {
       rm -rf "$copy/target"; echo "runner-test: the built dependencies could not be linked in; building them"
     fi
   fi
-  out=$(CARGO_TARGET_DIR="$copy/target" NODECTL_RUNNER_TEST=1 TIERS=1 "$copy/tests/run-tests.sh" 2>&1)
+  out=$(CARGO_TARGET_DIR="$copy/target" NODECTL_RUNNER_TEST=1 TIERS=$PLANT_TIER "$copy/tests/run-tests.sh" 2>&1)
   rc=$?
 }
 # failed_as NAME WHAT PATTERN: the planted run exited non-zero, recorded tier 1 as failed (never
@@ -145,10 +148,10 @@ failed_as() {
   verdict "$1: run-tests.sh exits non-zero (exit $rc)" "$((rc == 0))"
   grep -qE "$3" <<<"$out"
   verdict "$1: the failure is $2" $?
-  grep -q '^FAIL tier 1 ' <<<"$out"
-  verdict "$1: tier 1 is recorded as failed" $?
-  ! grep -q '^PASS tier 1$' <<<"$out"
-  verdict "$1: tier 1 is not recorded as passed" $?
+  grep -q "^FAIL tier $PLANT_TIER " <<<"$out"
+  verdict "$1: tier $PLANT_TIER is recorded as failed" $?
+  ! grep -q "^PASS tier $PLANT_TIER\$" <<<"$out"
+  verdict "$1: tier $PLANT_TIER is not recorded as passed" $?
   [ "$fails" = "$n" ] || { echo "--- $1: the planted run's last lines:"; tail -30 <<<"$out"; }
 }
 
@@ -185,7 +188,26 @@ crash_trial() {
 planted_run crash_trial 2 # (nodectl twice: the campaign with crash points, then the plain build)
 failed_as crash_trial "the campaign's planted partial file" 'partial 1,|: planted by tests/runner-test.sh'
 
-# 4. Tiers it does not know: refused before anything runs, never a run of nothing.
+# 4. Tier 2's jobs (run in the background beside tier 1 and the VM, their output and status
+# taken when joined: tests/run-tests.sh `job`/`join`): each one's failure fails tier 2, the other
+# passing at once. Tier 2 alone in the copy (the guests' build is the checkout's, linked in; two
+# nspawn boots of a line each: seconds).
+PLANT_TIER=2
+nspawn_crash_fails() {
+  sed -i '2i echo "planted crash.sh failure (tests/runner-test.sh)"; exit 3' "$1/tests/nspawn/crash.sh"
+  sed -i '2i echo "planted: suite.sh passes at once"; exit 0' "$1/tests/nspawn/suite.sh"
+}
+planted_run nspawn_crash_fails 0 0 # (nothing planted in Rust: nothing compiled)
+failed_as nspawn_crash_fails "crash.sh's planted exit 3" 'FAIL tier 2 \(exit 3\)'
+nspawn_suite_fails() {
+  sed -i '2i echo "planted: crash.sh passes at once"; exit 0' "$1/tests/nspawn/crash.sh"
+  sed -i '2i echo "planted suite.sh failure (tests/runner-test.sh)"; exit 4' "$1/tests/nspawn/suite.sh"
+}
+planted_run nspawn_suite_fails 0 0
+failed_as nspawn_suite_fails "suite.sh's planted exit 4" 'FAIL tier 2 \(exit 4\)'
+PLANT_TIER=1
+
+# 5. Tiers it does not know: refused before anything runs, never a run of nothing.
 out=$(TIERS=1,2,3 tests/run-tests.sh 2>&1); rc=$?
 verdict "TIERS=1,2,3 is refused (exit $rc)" "$((rc != 2))"
 grep -q "TIERS: no tier '1,2,3'" <<<"$out"
