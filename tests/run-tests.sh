@@ -139,10 +139,12 @@ tests/vm/setup-host.sh || exit 1
 # at the end of the run.
 [ -z "${toplevel:-}" ] || tests/lib/cargo-cache.sh restore
 
+# tier NAME: whether TIERS selects NAME (1 2 3 probe bench).
+tier() { [[ " $TIERS " == *" $1 "* ]]; }
 # guests: whether the selected tiers run the guests (nspawn, the VM), which need the builds below.
-guests() { [[ " $TIERS " == *" 2 "* || " $TIERS " == *" 3 "* || $BENCH = 1 ]]; }
+guests() { tier 2 || tier 3 || [ $BENCH = 1 ]; }
 # needs_release: whether they run what ships (the VM; nspawn runs the debug build).
-needs_release() { [[ " $TIERS " == *" 3 "* || $BENCH = 1 ]]; }
+needs_release() { tier 3 || [ $BENCH = 1 ]; }
 # What ships, built in packaging's release profile: the VM's footprint check (kubelet.sh K5),
 # the relabel benchmark (nodectl-selinux optimized as in nodectld) and release.sh's artifacts
 # (the sysext suite) use it; the same cargo commands as release.sh's, so that it builds nothing
@@ -189,10 +191,8 @@ join() {
   echo "($n took $((SECONDS - job_start[$n])) s; joined at $SECONDS s)"
   return $rc
 }
-tier1() { [[ " $TIERS " == *" 1 "* ]]; }
-tier2() { [[ " $TIERS " == *" 2 "* ]]; }
 build_rc=0
-if tier1 || guests; then
+if tier 1 || guests; then
   hdr "the test build (cargo test --no-run)"
   # Build first and flush what the build wrote: on a fresh clone gigabytes of build output are
   # still being written back, and the tests that time an fsync'd write (approval_latency's
@@ -256,7 +256,7 @@ if guests; then
   tests/vm/build-image.sh || exit 1
 fi
 
-if tier2; then
+if tier 2; then
   hdr "tier 2: systemd-nspawn"
   t2start=$SECONDS
   # The reboot gates' real Prometheus and node_exporter (Debian's, statically linked but for
@@ -274,7 +274,7 @@ if tier2; then
   t2files=("$stage"/* "$stage.nspawn"/*)
 fi
 
-if tier1; then
+if tier 1; then
   hdr "tier 1: cargo test"
   start=$SECONDS
   rc=$build_rc
@@ -300,11 +300,11 @@ if tier1; then
   echo "(tier 1 took $((SECONDS - start)) s)"
 fi
 
-if tier2; then
+if tier 2; then
   join "tier 2 crash.sh"
   crc=$?
 fi
-if tier1 && [ -z "${NODECTL_RUNNER_TEST:-}" ]; then # (not in the copies runner-test.sh runs; after
+if tier 1 && [ -z "${NODECTL_RUNNER_TEST:-}" ]; then # (not in the copies runner-test.sh runs; after
   # tier 1, whose built dependencies it links in, and after crash.sh: its tier-2 copies boot
   # nspawn containers of their own)
   hdr "tier 1 runner: planted faults fail the run (a test that does not compile, fails, a failed trial, a tier 2 job)"
@@ -313,7 +313,7 @@ if tier1 && [ -z "${NODECTL_RUNNER_TEST:-}" ]; then # (not in the copies runner-
   record 1-runner $?
   echo "(tier 1-runner took $((SECONDS - start)) s)"
 fi
-if tier2; then
+if tier 2; then
   # suite.sh mostly waits on real systemd's timers and the double (~5% of one core): in the
   # background beside the release build's wait and the VM's suites; joined after them.
   job "tier 2 suite.sh" tests/vm/run-in-nspawn.sh tests/nspawn/suite.sh "${t2files[@]}"
@@ -321,7 +321,7 @@ fi
 # join_tier2: suite.sh's end and tier 2's result (once; after the VM's suites, or at once
 # without them).
 join_tier2() {
-  tier2 && [ -z "${tier2_joined:-}" ] || return 0
+  tier 2 && [ -z "${tier2_joined:-}" ] || return 0
   tier2_joined=1
   join "tier 2 suite.sh"
   local rc=$?
@@ -333,7 +333,7 @@ join_tier2() {
 if guests && needs_release; then
   hdr "what ships, for the VM: the release build, packaging/release.sh's artifacts"
   if [ -n "$release_pid" ]; then
-    echo "(waiting for the release build started after tier 1's build)"
+    echo "(waiting for the release build started after the test build)"
     wstart=$SECONDS
     wait "$release_pid"
     rrc=$?
@@ -355,7 +355,7 @@ if guests && needs_release; then
   cp packaging/release.sh "$stage/"
 fi
 
-if [[ " $TIERS " == *" 3 "* ]]; then
+if tier 3; then
   hdr "tier 3: QEMU VM, SELinux enforcing"
   start=$SECONDS
   # One boot for every VM suite (a boot costs ~20 s under TCG). A hung boot is retried by
@@ -414,7 +414,7 @@ fi
 
 join_tier2
 
-if [[ " $TIERS " == *" probe "* ]]; then
+if tier probe; then
   # (tests/vm/harness-test.sh: a run interrupted while its VM runs leaves nothing behind)
   hdr "probe: a VM whose suite sleeps"
   printf 'sleep 600\n' >"$stage/probe.sh"
@@ -438,7 +438,7 @@ if [ "$BENCH" = 1 ]; then
   echo "(the benchmark took $((SECONDS - start)) s; its output: $log)"
 fi
 
-if [ -n "${toplevel:-}" ] && { [[ " $TIERS " == *" 1 "* ]] || guests; }; then
+if [ -n "${toplevel:-}" ] && { tier 1 || guests; }; then
   hdr "the built dependencies, kept for the next clone"
   tests/lib/cargo-cache.sh save
 fi

@@ -124,17 +124,8 @@ slow() {
   # the two builds).
   src_target=${CARGO_TARGET_DIR:-target}
   if [ -d "$src_target/debug" ]; then
-    own=$(cargo metadata --no-deps --offline --format-version 1 2>/dev/null | jq -r '.packages[] | .name, (.targets[].name)' | sort -u)
-    if [ -n "$own" ] && mkdir -p "$copy/target" && cp -al "$src_target/debug" "$copy/target/debug" 2>/dev/null; then
-      d=$copy/target/debug
-      rm -f "$d/.cargo-lock"
-      for n in $own; do
-        for v in "$n" "${n//-/_}"; do
-          rm -rf "$d/.fingerprint/$v"-* "$d/build/$v"-* "$d/deps/$v"-* "$d/deps/lib$v"-* "$d/deps/lib$v".* \
-            "$d/incremental/$v"-* "$d/$v" "$d/$v".d "$d/lib$v".*
-        done
-      done
-    else
+    if ! { mkdir -p "$copy/target" && cp -al "$src_target/debug" "$copy/target/debug" 2>/dev/null &&
+      tests/lib/cargo-cache.sh drop-workspace "$copy/target"; }; then
       rm -rf "$copy/target"; echo "runner-test: the built dependencies could not be linked in; building them"
     fi
   fi
