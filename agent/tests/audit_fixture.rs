@@ -116,7 +116,7 @@ fn a_clean_worker_has_no_findings() {
     assert_eq!(ids(&out), Vec::<String>::new(), "{out}{err}");
     assert_eq!(rc, 0);
     let (_, human, _) = nodectl(r, &["audit"]);
-    assert!(human.starts_with("No findings (13 checks)."), "{human}");
+    assert!(human.starts_with("No findings (14 checks)."), "{human}");
 }
 
 #[test]

@@ -24,7 +24,28 @@ pub(super) fn all(s: &Snapshot) -> Vec<Finding> {
     }
     keys(s, &mut out);
     bootstrap_token(s, &mut out);
+    zincati(s, &mut out);
     out
+}
+
+/// Zincati rebooting the node without asking nodectld (or unable to read its configuration).
+fn zincati(s: &Snapshot, out: &mut Vec<Finding>) {
+    let Some(z) = &s.zincati else { return };
+    let Some(problem) = &z.problem else { return };
+    let (path, field) = if z.strategy.value != "fleet_lock" {
+        (z.strategy.from.as_deref(), "updates.strategy")
+    } else {
+        (z.base_url.from.as_deref(), "updates.fleet_lock.base_url")
+    };
+    let path = if z.state == "unreadable" { None } else { path };
+    out.push(finding(
+        "zincati-uncoordinated",
+        Path::new(path.unwrap_or("/etc/zincati/config.d")),
+        field,
+        problem.clone(),
+        "remove the fragment named (or point its base_url at nodectld's reboot.listen), then systemctl restart zincati",
+        None,
+    ));
 }
 
 /// The checks that need no settings (the OS).

@@ -78,6 +78,7 @@ pub(crate) const CHECKS: &[(&str, Severity, &str)] = &[
     ("key-label-container-readable", Severity::High, "a node credential labeled container_file_t: a container with a hostPath mount can read it"),
     ("bootstrap-token-on-disk", Severity::Medium, "the bootstrap token is still on disk although the node holds its own certificate"),
     ("end-of-life-os", Severity::High, "CoreOS Container Linux (end of life: no security updates)"),
+    ("zincati-uncoordinated", Severity::Medium, "with reboot.strategy fleet-lock, Zincati's configuration has it reboot without asking nodectld (or Zincati cannot read it): nodes may reboot together, undrained"),
 ];
 
 fn finding(

@@ -70,6 +70,8 @@ pub(super) struct Snapshot {
     pub(super) holds_valid_certificate: bool,
     /// The bootstrap kubeconfig, when it still carries a token.
     pub(super) bootstrap_token_file: Option<PathBuf>,
+    /// With `reboot.strategy = "fleet-lock"`: what Zincati's configuration asks.
+    pub(super) zincati: Option<crate::reboot::zincati::ZincatiCheck>,
 }
 
 /// Files under a node directory (recursively, not following links), as node paths.
@@ -171,6 +173,8 @@ impl Snapshot {
             key_files: key_files(root, settings, label_of),
             holds_valid_certificate,
             bootstrap_token_file,
+            zincati: (settings.reboot == crate::config::RebootStrategy::FleetLock)
+                .then(|| crate::reboot::zincati::check(root, settings.reboot_policy.listen)),
         }
     }
 }

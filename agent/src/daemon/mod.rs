@@ -9,6 +9,7 @@
 //! `metrics`: the textfile for node_exporter; `node_status`: the `NodectlReady`
 //! condition on the node's Node.
 
+mod coordination;
 mod events;
 mod kubelet;
 mod metrics;
@@ -152,6 +153,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         wake: tx.clone(),
         reboot: std::sync::Mutex::new(None),
         reboot_deferred: Default::default(),
+        coordination: Default::default(),
         facts: Default::default(),
         recheck_credentials: Default::default(),
         changed: Default::default(),

@@ -38,6 +38,15 @@ pub(super) async fn follow_settings(
     systemd: &Systemd,
     shared: &Arc<Shared>,
 ) -> Option<Reboots> {
+    super::coordination::check_zincati(root, s, shared);
+    // (an ended coordination's end is recorded; it is dropped here and started again below
+    // once its backoff is over)
+    let current = current.filter(|r| !(r.task.is_finished() && super::coordination::ended(shared)));
+    if current.is_none() {
+        if let Some(c) = shared.reboot.lock().expect("reboot").take() {
+            c.cancel_operator_reboot();
+        }
+    }
     if let Some(r) = current {
         if r.strategy == s.reboot && r.policy == s.reboot_policy && r.node == s.node_name {
             return Some(r);
@@ -68,8 +77,12 @@ pub(super) async fn follow_settings(
         }
         super::metrics::write(root, shared).await;
     }
+    if !super::coordination::may_start(s, shared) {
+        return None;
+    }
     match start(root, s, systemd, shared).await {
         Ok(task) => {
+            super::coordination::started(s, shared, task.is_some());
             let started = task.map(|task| Reboots {
                 task,
                 strategy: s.reboot,
@@ -82,7 +95,8 @@ pub(super) async fn follow_settings(
             started
         }
         Err(e) => {
-            tracing::error!("reboot coordination not started: {e:#}");
+            super::coordination::down(Some(s), shared, "failed", &format!("{e:#}"));
+            super::metrics::write(root, shared).await;
             None
         }
     }
@@ -205,11 +219,16 @@ async fn start(
     c.set_endpoint(&format!("http://{listen}/"));
     *shared.reboot.lock().expect("reboot") = Some(c.clone());
     tracing::info!(%listen, "serving FleetLock for Zincati on http://{listen}/ (group {})", s.reboot_policy.group);
-    Ok(Some(tokio::spawn(crate::reboot::fleetlock::serve(
-        listener,
-        c,
-        callers(root, &s.reboot_policy),
-    ))))
+    let callers = callers(root, &s.reboot_policy);
+    Ok(Some(super::coordination::supervised(
+        root,
+        s,
+        shared,
+        async move {
+            crate::reboot::fleetlock::serve(listener, c, callers).await;
+            anyhow::bail!("the FleetLock endpoint stopped serving")
+        },
+    )))
 }
 
 /// The name `nodectld.socket` gives its descriptor (`FileDescriptorName=`).
@@ -354,20 +373,26 @@ async fn follow(
         "update_engine (D-Bus)"
     });
     *shared.reboot.lock().expect("reboot") = Some(c);
-    let root = root.clone();
-    Ok(Some(tokio::spawn(async move {
-        if required {
-            tracing::info!(group = %group, "following /run/reboot-required: reboots take a slot of group {group} first");
-            if let Err(e) = crate::reboot::reboot_required::run(&follower, &root).await {
-                tracing::error!("following /run/reboot-required stopped: {e:#}");
+    let at = root.clone();
+    Ok(Some(super::coordination::supervised(
+        root,
+        s,
+        shared,
+        async move {
+            if required {
+                tracing::info!(group = %group, "following /run/reboot-required: reboots take a slot of group {group} first");
+                crate::reboot::reboot_required::run(&follower, &at)
+                    .await
+                    .context("following /run/reboot-required stopped")
+            } else {
+                tracing::info!(group = %group, "following update_engine: reboots take a slot of group {group} first");
+                follower
+                    .run(&conn)
+                    .await
+                    .context("following update_engine stopped")
             }
-        } else {
-            tracing::info!(group = %group, "following update_engine: reboots take a slot of group {group} first");
-            if let Err(e) = follower.run(&conn).await {
-                tracing::error!("following update_engine stopped: {e:#}");
-            }
-        }
-    })))
+        },
+    )))
 }
 
 #[cfg(test)]

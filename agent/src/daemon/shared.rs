@@ -92,6 +92,25 @@ impl State {
     }
 }
 
+/// The settings a reboot coordination ran or failed with (a change starts it again at once).
+pub(super) type CoordinationKey = (
+    crate::config::RebootStrategy,
+    crate::config::RebootPolicy,
+    String,
+);
+
+/// What the daemon keeps about reboot coordination's health (`coordination.rs` keeps it).
+#[derive(Default)]
+pub(super) struct Health {
+    /// Published in the status.
+    pub(super) status: Option<crate::status::Coordination>,
+    /// The settings of the last failure, and when to start again.
+    pub(super) failed_for: Option<CoordinationKey>,
+    pub(super) retry_at: Option<tokio::time::Instant>,
+    /// Wakes the loop at `retry_at` (`Trigger::Reboot`).
+    pub(super) timer: Option<tokio::task::JoinHandle<()>>,
+}
+
 /// State shared between the convergence loop, the bus and background tasks.
 pub(super) struct Shared {
     pub(super) status: Mutex<Status>,
@@ -100,6 +119,8 @@ pub(super) struct Shared {
     pub(super) reboot: std::sync::Mutex<Option<Arc<LeaseCoordinator>>>,
     /// Changed `reboot.*` settings wait for the reboot under way to end.
     pub(super) reboot_deferred: AtomicBool,
+    /// Whether reboot coordination runs, failed or ended, and what Zincati asks.
+    pub(super) coordination: std::sync::Mutex<Health>,
     /// What the credentials check learnt, read by every pass.
     pub(super) facts: Arc<Facts>,
     /// Tells the credentials check to ask the API server (a pass found another certificate, a
@@ -131,6 +152,12 @@ impl Shared {
         if let Some(c) = self.reboot.lock().expect("reboot").as_ref() {
             st.reboot = Some(c.status());
         }
+        st.coordination = self
+            .coordination
+            .lock()
+            .expect("coordination")
+            .status
+            .clone();
         st
     }
 

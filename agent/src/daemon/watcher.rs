@@ -1,4 +1,5 @@
-//! The inotify watches that wake the daemon: config directories, the inputs a pass waits for
+//! The inotify watches that wake the daemon: config directories (nodectl's, and Zincati's under
+//! `reboot.strategy = "fleet-lock"`), the inputs a pass waits for
 //! (the nearest existing parent while a path does not exist yet), the secrets inbox, the
 //! node's credentials (a label or mode changed by someone else is put back at once) and, on a
 //! controller, kubelet's pod log directory (a new API server pod ends a request's backoff).
@@ -86,6 +87,7 @@ impl Watcher {
                 Trigger::ConfigChange,
             ));
         }
+        zincati_dirs(root, settings, &mut want);
         if let Some(s) = settings {
             want.push(nearest_file(
                 root,
@@ -232,6 +234,22 @@ impl Watcher {
             }
         }
         None
+    }
+}
+
+/// Zincati's config directories under `reboot.strategy = "fleet-lock"`: whether Zincati asks
+/// nodectld is read again after each pass.
+fn zincati_dirs(root: &Root, settings: Option<&Settings>, want: &mut Vec<(PathBuf, Interest)>) {
+    if settings.is_some_and(|s| s.reboot == config::RebootStrategy::FleetLock) {
+        for d in crate::reboot::zincati::CONFIG_DIRS {
+            let dir = Path::new(d);
+            want.push(nearest(
+                root,
+                dir,
+                Interest::ConfigDir,
+                Trigger::ConfigChange,
+            ));
+        }
     }
 }
 

@@ -29,6 +29,10 @@ pub mod ids {
     /// A gate (a pod, an alert) keeps this node from taking a reboot slot, or a pre- or
     /// post-reboot check failed.
     pub const REBOOT_BLOCKED: &str = "be6f708192a3446b9c37e8f90a1b2cd5";
+    /// Reboot coordination failed to start, or ended (it is started again after a backoff).
+    pub const REBOOT_COORDINATION_FAILED: &str = "c0718293a4b5461c9d8e0f1a2b3c4d5e";
+    /// Zincati's configuration has it reboot without asking nodectld (or it cannot read it).
+    pub const REBOOT_UNCOORDINATED: &str = "d18293a4b5c6472dae9f0a1b2c3d4e5f";
 
     /// Every id above (what `noted` keeps for Kubernetes Events).
     pub const ALL: &[&str] = &[
@@ -38,6 +42,8 @@ pub mod ids {
         CSR_DENIED,
         DRAINING,
         REBOOT_BLOCKED,
+        REBOOT_COORDINATION_FAILED,
+        REBOOT_UNCOORDINATED,
     ];
 }
 

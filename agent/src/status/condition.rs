@@ -68,6 +68,22 @@ pub fn condition(st: &Status) -> Condition {
             message: cut(&format!("{}: {error}", s.id)),
         };
     }
+    // Reboot coordination down, or Zincati rebooting without it: updates stop or go around
+    // nodectld, which no step's state shows (issue 65).
+    if let Some(c) = &st.coordination {
+        if let Some(problem) = c.problem() {
+            let reason = if c.is_down() {
+                "RebootCoordinationFailed"
+            } else {
+                "RebootUncoordinated"
+            };
+            return Condition {
+                status: "False".into(),
+                reason: reason.into(),
+                message: cut(&problem),
+            };
+        }
+    }
     if !st.waiting_for.is_empty() {
         return Condition {
             status: "Unknown".into(),
@@ -110,7 +126,11 @@ pub fn condition(st: &Status) -> Condition {
 /// The annotations the status calls for: reboot state, agent version, audit counts (no ids, no
 /// paths), the certificate's expiry.
 pub fn annotations(st: &Status) -> Vec<(&'static str, String)> {
-    let reboot = st.reboot.as_ref().map_or("idle", |r| r.state.as_str());
+    let reboot = match &st.coordination {
+        Some(c) if c.is_down() => "coordination-failed",
+        Some(c) if c.problem().is_some() => "uncoordinated",
+        _ => st.reboot.as_ref().map_or("idle", |r| r.state.as_str()),
+    };
     let mut out = vec![
         (ANNOTATION_REBOOT, reboot.to_string()),
         (ANNOTATION_VERSION, env!("CARGO_PKG_VERSION").to_string()),

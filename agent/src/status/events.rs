@@ -56,6 +56,8 @@ pub fn note_of(n: &Noted) -> Option<Note> {
         ids::REBOOT_RELEASED => ("Normal", "RebootSlotReleased"),
         ids::DRAINING => ("Normal", "Draining"),
         ids::REBOOT_BLOCKED => ("Warning", "RebootBlocked"),
+        ids::REBOOT_COORDINATION_FAILED => ("Warning", "RebootCoordinationFailed"),
+        ids::REBOOT_UNCOORDINATED => ("Warning", "RebootUncoordinated"),
         ids::CSR_DENIED => ("Warning", "CertificateRequestDenied"),
         _ => return None,
     };

@@ -179,6 +179,20 @@ fn daemon(st: &Status, memory: Option<(u64, u64)>, gauge: &mut Gauge) {
 }
 
 fn reboot(st: &Status, gauge: &mut Gauge) {
+    if let Some(c) = st.coordination.as_ref().filter(|c| c.state != "waiting") {
+        gauge(
+            "nodectl_reboot_coordination_up",
+            "Whether reboot coordination runs (1) or failed to start or ended (0; started again after a backoff, nodectl status says why).",
+            &[(String::new(), f64::from(u8::from(!c.is_down())))],
+        );
+    }
+    if let Some(z) = st.coordination.as_ref().and_then(|c| c.zincati.as_ref()) {
+        gauge(
+            "nodectl_reboot_zincati_coordinated",
+            "Whether Zincati's configuration has it ask this nodectld before rebooting (0: it reboots without it, or cannot read its configuration; nodectl status names the fragment).",
+            &[(String::new(), f64::from(u8::from(z.problem.is_none())))],
+        );
+    }
     if let Some(r) = &st.reboot {
         let states: Vec<(String, f64)> = crate::reboot::coordinator::STATES
             .iter()

@@ -47,11 +47,57 @@ pub struct Status {
     pub credentials: Option<Credentials>,
     /// Reboot coordination (FleetLock), while nodectld serves it.
     pub reboot: Option<crate::reboot::coordinator::RebootStatus>,
+    /// Whether reboot coordination runs (and, for FleetLock, whether Zincati asks it): none
+    /// when `reboot.strategy` is off.
+    #[serde(default)]
+    pub coordination: Option<Coordination>,
     /// `nodectl audit`'s findings, summarised.
     pub audit: Option<AuditSummary>,
     /// The `NodectlReady` condition last sent to the node's Node, and when.
     #[serde(default)]
     pub node_condition: Option<condition::ConditionReport>,
+}
+
+/// Whether reboot coordination runs, and whether the updater asks it (issue 65: a coordinator
+/// that failed to start, or Zincati pointed elsewhere, no longer looks like coordination off).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Coordination {
+    /// `reboot.strategy`.
+    pub strategy: String,
+    /// `up`: serving FleetLock or following the updater; `waiting`: for the node's own
+    /// credentials; `failed`: did not start; `ended`: stopped after it started. A failed or
+    /// ended coordination is started again after a backoff.
+    pub state: String,
+    /// Why it failed or ended.
+    pub error: Option<String>,
+    /// Failed starts and ends in a row (0 once it starts).
+    pub failures: u32,
+    /// Unix time of the next start (failed, ended).
+    pub retry_at: Option<u64>,
+    /// `fleet-lock`: whether Zincati's configuration points at this nodectld.
+    pub zincati: Option<crate::reboot::zincati::ZincatiCheck>,
+}
+
+impl Coordination {
+    /// Failed to start or ended: reboots wait (Zincati's requests stay unanswered, update_engine's
+    /// reboots are not taken).
+    pub fn is_down(&self) -> bool {
+        matches!(self.state.as_str(), "failed" | "ended")
+    }
+
+    /// What is wrong with reboot coordination, in a sentence: down, or Zincati not asking it
+    /// (no clock in it: the condition's message stays the same while the problem does).
+    pub fn problem(&self) -> Option<String> {
+        if self.is_down() {
+            return Some(format!(
+                "reboot coordination ({}) {}: {}",
+                self.strategy,
+                self.state,
+                self.error.as_deref().unwrap_or("no reason given")
+            ));
+        }
+        self.zincati.as_ref().and_then(|z| z.problem.clone())
+    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

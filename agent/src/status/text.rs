@@ -205,7 +205,14 @@ impl Status {
     }
 
     fn reboot_line(&self, o: &mut String) {
-        if let Some(r) = &self.reboot {
+        if let Some(c) = &self.coordination {
+            self.coordination_lines(c, o);
+        }
+        if let Some(r) = self
+            .reboot
+            .as_ref()
+            .filter(|_| self.coordination.as_ref().is_none_or(|c| !c.is_down()))
+        {
             let holders: Vec<String> = r.holders.iter().map(|h| h.node.clone()).collect();
             let _ = writeln!(
                 o,
@@ -230,6 +237,46 @@ impl Status {
                     }
                 ))
             );
+        }
+    }
+}
+
+impl Status {
+    /// Reboot coordination down or waiting, and what Zincati's configuration asks (FleetLock).
+    fn coordination_lines(&self, c: &super::Coordination, o: &mut String) {
+        if c.is_down() {
+            let retry = c.retry_at.map_or(String::new(), |at| {
+                format!("; started again in {} s", at.saturating_sub(now_secs()))
+            });
+            let _ = writeln!(
+                o,
+                "    Reboots: coordination {} ({}): {}{retry} ({} in a row)",
+                c.state,
+                c.strategy,
+                c.error.as_deref().unwrap_or("no reason given"),
+                c.failures
+            );
+        } else if c.state == "waiting" {
+            let _ = writeln!(
+                o,
+                "    Reboots: {} starts once the node has its own credentials",
+                c.strategy
+            );
+        }
+        if let Some(z) = &c.zincati {
+            let line = match &z.problem {
+                Some(p) => format!("{}: {p}", z.state.to_uppercase()),
+                None if z.state == "updates-off" => format!(
+                    "updates off (updates.enabled = false in {})",
+                    z.enabled.from.as_deref().unwrap_or("?")
+                ),
+                None => format!(
+                    "asks nodectld ({} from {})",
+                    z.base_url.value,
+                    z.base_url.from.as_deref().unwrap_or("?")
+                ),
+            };
+            let _ = writeln!(o, "    Zincati: {line}");
         }
     }
 }
