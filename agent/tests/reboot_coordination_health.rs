@@ -59,6 +59,21 @@ async fn until<T: std::fmt::Debug>(
     }
 }
 
+/// Waits until the Node's `nodectl.io/reboot-state` annotation is `state` and a Warning Event
+/// with `reason` was sent.
+async fn told(api: &nodectl_apiserver_double::Double, state: &str, reason: &str) {
+    until("the annotation", async || annotation(api), |a| a == state).await;
+    until(
+        "an Event",
+        async || Some(api.stored_events()),
+        |e| {
+            e.iter()
+                .any(|e| e["reason"] == reason && e["type"] == "Warning")
+        },
+    )
+    .await;
+}
+
 /// `nodectl status`'s text for a status nodectld sent.
 fn text(v: &serde_json::Value) -> String {
     serde_json::from_value::<nodectl::status::Status>(v.clone())
@@ -192,21 +207,7 @@ async fn fleetlock_failing_to_start_restarts_and_zincati_pointed_elsewhere_is_sa
         !msg.contains("not-a-machine-id"),
         "the file's content is not quoted: {msg}"
     );
-    until(
-        "the annotation",
-        async || annotation(&api),
-        |a| a == "coordination-failed",
-    )
-    .await;
-    until(
-        "an Event",
-        async || Some(api.stored_events()),
-        |e| {
-            e.iter()
-                .any(|e| e["reason"] == "RebootCoordinationFailed" && e["type"] == "Warning")
-        },
-    )
-    .await;
+    told(&api, "coordination-failed", "RebootCoordinationFailed").await;
     // nodectl status, for people (the daemon's status, as the CLI renders it)
     let out = text(&v);
     assert!(
@@ -289,21 +290,7 @@ async fn fleetlock_failing_to_start_restarts_and_zincati_pointed_elsewhere_is_sa
         msg.contains("Zincati asks the FleetLock server at http://10.3.0.15/ (from /etc/zincati/config.d/55-update-strategy.toml)"),
         "{msg}"
     );
-    until(
-        "the annotation",
-        async || annotation(&api),
-        |a| a == "uncoordinated",
-    )
-    .await;
-    until(
-        "an Event",
-        async || Some(api.stored_events()),
-        |e| {
-            e.iter()
-                .any(|e| e["reason"] == "RebootUncoordinated" && e["type"] == "Warning")
-        },
-    )
-    .await;
+    told(&api, "uncoordinated", "RebootUncoordinated").await;
     until(
         "metric",
         async || metrics(root),

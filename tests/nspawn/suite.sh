@@ -304,6 +304,31 @@ check "nodectld serves FleetLock on it" wait_until 20 sh -c \
 check "and did not bind it itself" sh -c "! journalctl _SYSTEMD_INVOCATION_ID=\$(systemctl show -p InvocationID --value nodectld.service) -o cat | grep -q 'binding 127.0.0.1:9455 here'"
 out=$(fleetlock /v1/steady-state "$id")
 check "Zincati's steady-state is answered (200)" grep -q '^HTTP/1.1 200' <<<"$out"
+echo "## Typhoon's fleetlock addon's fragment beside nodectl's: Zincati asks poseidon/fleetlock, said everywhere"
+# (docs/addons/fleetlock.md: it sorts after 55-nodectl-fleetlock.toml, and Zincati's later fragment wins)
+node_condition() { # -> "STATUS REASON" of NodectlReady on worker-1, as the API server has it
+  python3 /test/kube-admin.py /root/admin-kubeconfig GET /api/v1/nodes/worker-1 | tail -n +2 |
+    jq -r '.status.conditions[] | select(.type == "NodectlReady") | "\(.status) \(.reason)"'
+}
+condition_is() { [ "$(node_condition)" = "$1" ]; }
+expect "coordinated first (nodectl's fragment alone)" \
+  "$(nodectl status --json | jq -r .coordination.zincati.state)" coordinated
+printf '[updates]\nstrategy = "fleet_lock"\n[updates.fleet_lock]\nbase_url = "http://10.3.0.15/"\n' \
+  >/etc/zincati/config.d/55-update-strategy.toml
+check "status: uncoordinated, Typhoon's fragment named" wait_until 10 sh -c \
+  'nodectl status --json | jq -e ".coordination.zincati.state == \"uncoordinated\" and .coordination.zincati.base_url.from == \"/etc/zincati/config.d/55-update-strategy.toml\""'
+check "nodectl status says it" sh -c \
+  'nodectl status | grep -qF "Zincati: UNCOORDINATED: Zincati asks the FleetLock server at http://10.3.0.15/ (from /etc/zincati/config.d/55-update-strategy.toml)"'
+check "the Node's condition: False, RebootUncoordinated" wait_until 20 condition_is "False RebootUncoordinated"
+check "the metric says 0" wait_until 10 grep -qx 'nodectl_reboot_zincati_coordinated 0' /run/nodectl/metrics/nodectl.prom
+check "nodectl audit flags it, naming the fragment" sh -c \
+  'nodectl audit | grep -qF "zincati-uncoordinated  /etc/zincati/config.d/55-update-strategy.toml (updates.fleet_lock.base_url)"'
+rm /etc/zincati/config.d/55-update-strategy.toml
+check "removed: status says Zincati asks nodectld" wait_until 10 sh -c \
+  'nodectl status --json | jq -e ".coordination.zincati.state == \"coordinated\""'
+check "the condition True again" wait_until 20 condition_is "True Converged"
+check "the metric 1" wait_until 10 grep -qx 'nodectl_reboot_zincati_coordinated 1' /run/nodectl/metrics/nodectl.prom
+check "the audit clear of it" sh -c '! nodectl audit | grep -q zincati-uncoordinated'
 systemctl stop nodectld.service 2>/dev/null
 expect "nodectld stopped, the socket still listening" "$(systemctl is-active nodectld.service) $(systemctl is-active nodectld.socket)" "inactive active"
 # take_port: what a squatter tries, SO_REUSEADDR and SO_REUSEPORT set (the port is systemd's:
@@ -328,6 +353,20 @@ printf '[reboot]\nstrategy = "fleet-lock"\nlisten = "127.0.0.1:9456"\n' >/etc/no
 check "a reboot.listen other than the socket's is refused, and the journal says why" wait_until 10 sh -c \
   "journalctl -u nodectld.service -o cat | grep -q 'nodectld.socket listens on 127.0.0.1:9455, reboot.listen is 127.0.0.1:9456'"
 check "and nothing listens on 127.0.0.1:9456" sh -c '! (exec 3<>/dev/tcp/127.0.0.1/9456) 2>/dev/null'
+# coordination that failed to start is a state of its own (issue 65, 2), not coordination off
+check "status: coordination failed, the cause named" wait_until 10 sh -c \
+  'nodectl status --json | jq -e ".coordination.state == \"failed\" and (.coordination.error | contains(\"nodectld.socket listens on 127.0.0.1:9455\"))"'
+check "nodectl status says it" sh -c \
+  'nodectl status | grep -qF "Reboots: coordination failed (fleet-lock): nodectld.socket listens on 127.0.0.1:9455"'
+check "the metric says 0" wait_until 10 grep -qx 'nodectl_reboot_coordination_up 0' /run/nodectl/metrics/nodectl.prom
+check "the Node's condition: False, RebootCoordinationFailed" wait_until 20 condition_is "False RebootCoordinationFailed"
+check "started again after its backoff, by itself (failing again)" wait_until 30 sh -c \
+  'nodectl status --json | jq -e ".coordination.failures >= 2"'
+printf '[reboot]\nstrategy = "fleet-lock"\n' >/etc/nodectl/config.d/30-reboot.toml
+check "reboot.listen fixed: started at once, up" wait_until 10 sh -c \
+  'nodectl status --json | jq -e ".coordination.state == \"up\" and .coordination.failures == 0"'
+check "the metric says 1" wait_until 10 grep -qx 'nodectl_reboot_coordination_up 1' /run/nodectl/metrics/nodectl.prom
+check "the condition True again" wait_until 20 condition_is "True Converged"
 systemctl stop nodectld.socket
 rm /etc/nodectl/config.d/30-reboot.toml /etc/zincati/config.d/55-nodectl-fleetlock.toml /etc/systemd/system/nodectld.socket
 systemctl daemon-reload

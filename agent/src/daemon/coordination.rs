@@ -84,7 +84,13 @@ pub(super) fn may_start(s: &Settings, shared: &Shared) -> bool {
 pub(super) fn started(s: &Settings, shared: &Shared, running: bool) {
     let mut h = shared.coordination.lock().expect("coordination");
     if s.reboot == RebootStrategy::Off {
+        // (a restart a failure had scheduled is moot)
         h.status = None;
+        h.failed_for = None;
+        h.retry_at = None;
+        if let Some(t) = h.timer.take() {
+            t.abort();
+        }
         return;
     }
     let was_down = h.status.as_ref().is_some_and(Coordination::is_down);
