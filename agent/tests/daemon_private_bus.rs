@@ -229,6 +229,7 @@ async fn daemon_serves_status_and_wakes_on_events() {
                     "nodectl_reboot_state",
                     "nodectl_reboot_coordination_up",
                     "nodectl_reboot_zincati_coordinated",
+                    "nodectl_reboot_drain_blocked_pods",
                 ]
                 .contains(&name),
             "the alert rules use {name}, which nodectld does not write:\n{m}"

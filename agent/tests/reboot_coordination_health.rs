@@ -307,6 +307,7 @@ async fn fleetlock_failing_to_start_restarts_and_zincati_pointed_elsewhere_is_sa
     for name in [
         "nodectl_reboot_coordination_up",
         "nodectl_reboot_zincati_coordinated",
+        "nodectl_reboot_drain_blocked_pods",
     ] {
         assert!(m.contains(&format!("# TYPE {name} gauge\n")), "{m}");
     }

@@ -63,11 +63,11 @@ fn is_zero(n: &u64) -> bool {
 /// The longest reason shown after a reboot state.
 const MAX_WHY: usize = 160;
 
-/// A state a gate or a hold explains (`blocked`, `settling`, `held`) with its reason, from the
-/// node's condition message ("node converged; reboot blocked: pods running here: ..."); other
-/// states as they are.
+/// A state a gate, a hold or a stuck drain explains (`blocked`, `settling`, `held`, `draining`)
+/// with its reason, from the node's condition message ("node converged; reboot blocked: pods
+/// running here: ..."); other states as they are.
 fn with_why(state: &str, n: &Node) -> String {
-    if !matches!(state, "blocked" | "settling" | "held") {
+    if !matches!(state, "blocked" | "settling" | "held" | "draining") {
         return state.to_string();
     }
     let why = n

@@ -172,6 +172,7 @@ pub(crate) struct RebootSection {
     pub(crate) fleetlock_users: Option<Vec<String>>,
     pub(crate) fleetlock_units: Option<Vec<String>>,
     pub(crate) wait_for_inhibitors: Option<bool>,
+    pub(crate) drain_force: Option<bool>,
     pub(crate) windows: Option<Vec<String>>,
     pub(crate) time_zone: Option<String>,
     pub(crate) block_on_pods: Option<Vec<String>>,

@@ -43,8 +43,9 @@ pub(crate) fn default_strategy(os: Os) -> RebootStrategy {
 pub(crate) const DEFAULT_NAMESPACE: &str = "nodectl-reboot";
 /// Concurrent reboots per group.
 pub(crate) const DEFAULT_GROUP_SLOTS: i64 = 1;
-/// Seconds a drain may take before the reboot is granted anyway.
-pub(crate) const DEFAULT_DRAIN_TIMEOUT_SECS: i64 = 600;
+/// Seconds a drain may take before the reboot is granted anyway: 0, never (PodDisruptionBudgets
+/// are waited for, as `kubectl drain` and kured do; forcing is an operator's setting).
+pub(crate) const DEFAULT_DRAIN_TIMEOUT_SECS: i64 = 0;
 /// Seconds after which a holder that did not renew its slot is reclaimed.
 pub(crate) const DEFAULT_STALE_AFTER_SECS: i64 = 3600;
 /// A slot granted in this boot is released by a steady-state of the same boot only once it is
@@ -86,8 +87,11 @@ pub struct RebootPolicy {
     pub group_slots: u32,
     /// The namespace of the reboot Leases.
     pub namespace: String,
-    /// How long a drain may take before the reboot is granted anyway.
+    /// How long a drain may take before the reboot is granted anyway (0: never; the drain
+    /// waits for PodDisruptionBudgets as `kubectl drain` does).
     pub drain_timeout_secs: u64,
+    /// Evict pods no controller manages (lost for good), as `kubectl drain --force`.
+    pub drain_force: bool,
     /// A holder that did not renew its slot for this long is reclaimed.
     pub stale_after_secs: u64,
     /// A slot granted in this boot is given back by a steady-state of the same boot only once
@@ -227,6 +231,7 @@ impl RebootPolicy {
             fleetlock_users,
             fleetlock_units,
             wait_for_inhibitors: f.wait_for_inhibitors.unwrap_or(false),
+            drain_force: f.drain_force.unwrap_or(false),
             windows: f
                 .windows
                 .iter()

@@ -148,6 +148,7 @@ pub(crate) const SCHEMA: &[(&str, &str, Kind, &str)] = &[
         "seconds from 5 to 86400",
     ),
     ("reboot", "wait_for_inhibitors", Kind::Bool, "true or false"),
+    ("reboot", "drain_force", Kind::Bool, "true or false"),
     (
         "reboot",
         "fleetlock_users",

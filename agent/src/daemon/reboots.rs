@@ -112,6 +112,7 @@ fn policy(p: &RebootPolicy) -> anyhow::Result<Policy> {
         slots: p.group_slots as usize,
         stale_after: Duration::from_secs(p.stale_after_secs),
         drain_timeout: Duration::from_secs(p.drain_timeout_secs),
+        drain_force: p.drain_force,
         windows: p.windows.clone(),
         time_zone: p.time_zone.clone(),
         group: p.group.clone(),

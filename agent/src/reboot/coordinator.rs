@@ -27,6 +27,7 @@ use crate::kubeconfig::KubeconfigError;
 
 mod checks;
 use checks::PRE_LOCK_WAIT;
+mod draining;
 mod release;
 mod verbs;
 pub use verbs::Ask;
@@ -40,8 +41,11 @@ pub struct Policy {
     pub slots: usize,
     /// A holder that has not renewed its slot for this long is reclaimed.
     pub stale_after: Duration,
-    /// Grant the reboot anyway this long after the slot was taken, drained or not.
+    /// Grant the reboot anyway this long after the slot was taken, drained or not (zero:
+    /// never).
     pub drain_timeout: Duration,
+    /// Evict pods no controller manages (`kubectl drain --force`).
+    pub drain_force: bool,
     /// How long one pre-reboot request waits for evicted pods to go.
     pub drain_wait: Duration,
     /// New slots are taken only inside these (none: any time), in `time_zone`.
@@ -73,7 +77,8 @@ impl Default for Policy {
             namespace: "nodectl-reboot".into(),
             slots: 1,
             stale_after: Duration::from_secs(3600),
-            drain_timeout: Duration::from_secs(600),
+            drain_timeout: Duration::ZERO,
+            drain_force: false,
             drain_wait: Duration::from_secs(30),
             windows: Vec::new(),
             time_zone: crate::util::window::Zone::utc(),
@@ -102,6 +107,10 @@ pub struct RebootStatus {
     pub group: Option<String>,
     /// The group's holders as last seen.
     pub holders: Vec<Holder>,
+    /// While draining: the pods the drain waits for that only a PodDisruptionBudget or an
+    /// operator frees (refused evictions, pods no controller manages).
+    #[serde(default)]
+    pub drain_blocked: u32,
 }
 
 /// Every reboot state, in the order a reboot goes through them.
@@ -252,6 +261,7 @@ impl LeaseCoordinator {
         let drained_from = (changed && state == "draining").then(|| detail.clone());
         st.state = state.into();
         st.detail = detail;
+        st.drain_blocked = 0;
         st.group = Some(group.into());
         st.holders = holders;
         drop(st);
@@ -421,66 +431,6 @@ impl LeaseCoordinator {
             return Err(r);
         }
         Ok(slots)
-    }
-
-    /// Cordons and evicts; grants the reboot once drained or once the drain timeout since the
-    /// slot was taken has passed.
-    async fn drain(
-        &self,
-        p: &ClientParams,
-        slots: Slots,
-        drainer: &Drainer,
-    ) -> Result<String, Refusal> {
-        let since = slots
-            .holders
-            .iter()
-            .find(|h| h.node == self.node)
-            .map_or(now(), |h| h.since);
-        drainer.cordon(true).await.map_err(internal)?;
-        let deadline = std::time::Instant::now() + self.policy.drain_wait;
-        let mut evicted = 0;
-        let progress = loop {
-            let pr = drainer.evict_round().await.map_err(internal)?;
-            evicted += pr.evicted.len();
-            if pr.done() || std::time::Instant::now() >= deadline {
-                break pr;
-            }
-            if pr.evicted.is_empty() && pr.terminating.is_empty() {
-                break pr; // only PDB-blocked pods: asking again now would not change that
-            }
-            tokio::time::sleep(Duration::from_secs(1)).await;
-        };
-        if progress.done() {
-            let d = format!(
-                "drained ({evicted} pods evicted, {} left alone)",
-                progress.skipped
-            );
-            self.set("rebooting", d.clone(), &p.group, slots.holders);
-            return Ok(format!("reboot granted: {d}"));
-        }
-        let waited = now().saturating_sub(since);
-        let mut left = progress.blocked.clone();
-        left.extend(progress.terminating.iter().cloned());
-        if waited >= self.policy.drain_timeout.as_secs() {
-            let d = format!(
-                "drain timeout ({} s) reached, going ahead with {} pods left: {}",
-                self.policy.drain_timeout.as_secs(),
-                left.len(),
-                left.join(", ")
-            );
-            tracing::warn!(group = %p.group, "{d}");
-            self.set("rebooting", d.clone(), &p.group, slots.holders);
-            return Ok(format!("reboot granted: {d}"));
-        }
-        let d = format!(
-            "draining: {} pods left ({} blocked by PodDisruptionBudgets: {}); the reboot is granted when they are gone or in {} s",
-            left.len(),
-            progress.blocked.len(),
-            progress.blocked.join(", "),
-            self.policy.drain_timeout.as_secs() - waited
-        );
-        self.set("draining", d.clone(), &p.group, slots.holders);
-        Err(Refusal::new(StatusCode::LOCKED, "draining", d))
     }
 }
 

@@ -2,7 +2,10 @@
 //! credentials): the Node is marked unschedulable, then every pod on it is evicted through the
 //! Eviction API, which honours PodDisruptionBudgets (a refusal is `429 TooManyRequests`: that
 //! pod stays and is asked again later). DaemonSet pods (they would come back at once), mirror
-//! pods of static pods (the API cannot evict them) and finished pods are left alone.
+//! pods of static pods (the API cannot evict them) and finished pods are left alone. A pod no
+//! controller manages would be lost for good: as `kubectl drain` without `--force`
+//! (k8s.io/kubectl `pkg/drain/filters.go`, `unreplicatedFilter`), it is not evicted, and the
+//! drain waits for it to be gone (`reboot.drain_force` evicts it).
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, EvictParams, ListParams, Patch, PatchParams};
@@ -31,6 +34,15 @@ pub(crate) fn skip_reason(p: &Pod) -> Option<&'static str> {
     }
 }
 
+/// A pod no controller manages (no owner reference with `controller: true`): evicting it
+/// deletes it for good (`kubectl drain` refuses it without `--force`).
+pub(crate) fn unmanaged(p: &Pod) -> bool {
+    !p.metadata
+        .owner_references
+        .as_ref()
+        .is_some_and(|o| o.iter().any(|r| r.controller == Some(true)))
+}
+
 /// The result of one drain round.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Progress {
@@ -39,13 +51,24 @@ pub(crate) struct Progress {
     pub blocked: Vec<String>,
     /// Evicted, still shutting down.
     pub terminating: Vec<String>,
+    /// Not evicted: no controller manages them (`reboot.drain_force` off).
+    pub unmanaged: Vec<String>,
     pub skipped: usize,
 }
 
 impl Progress {
     /// Nothing evictable is left on the node.
     pub fn done(&self) -> bool {
-        self.blocked.is_empty() && self.terminating.is_empty() && self.evicted.is_empty()
+        self.blocked.is_empty()
+            && self.terminating.is_empty()
+            && self.evicted.is_empty()
+            && self.unmanaged.is_empty()
+    }
+
+    /// The pods the drain waits for that only a budget or an operator frees: refused by a
+    /// PodDisruptionBudget, or managed by no controller.
+    pub fn stuck(&self) -> usize {
+        self.blocked.len() + self.unmanaged.len()
     }
 }
 
@@ -90,8 +113,9 @@ impl Drainer {
         Ok(())
     }
 
-    /// One round: evicts every evictable pod on the node.
-    pub async fn evict_round(&self) -> Result<Progress, kube::Error> {
+    /// One round: evicts every evictable pod on the node (`force`: those no controller manages
+    /// too).
+    pub async fn evict_round(&self, force: bool) -> Result<Progress, kube::Error> {
         let pods: Api<Pod> = Api::all(self.client.clone());
         let list = pods
             .list(&ListParams::default().fields(&format!("spec.nodeName={}", self.node)))
@@ -108,6 +132,10 @@ impl Drainer {
             };
             if p.metadata.deletion_timestamp.is_some() {
                 out.terminating.push(format!("{ns}/{name}"));
+                continue;
+            }
+            if !force && unmanaged(&p) {
+                out.unmanaged.push(format!("{ns}/{name}"));
                 continue;
             }
             let api: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
@@ -161,10 +189,12 @@ mod tests {
         assert_eq!(skip_reason(&done), Some("finished"));
         let bare =
             pod(serde_json::json!({"metadata": {"name": "a"}, "status": {"phase": "Running"}}));
-        assert_eq!(
-            skip_reason(&bare),
-            None,
-            "a bare pod is evicted (it is lost, as with kubectl drain --force)"
-        );
+        assert_eq!(skip_reason(&bare), None);
+        assert!(unmanaged(&bare), "kubectl drain refuses it without --force");
+        assert!(!unmanaged(&plain));
+        // an owner that is no controller does not manage it
+        let owned = pod(serde_json::json!({"metadata": {"name": "a",
+            "ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "c", "uid": "1"}]}}));
+        assert!(unmanaged(&owned));
     }
 }

@@ -101,11 +101,10 @@ pub fn condition(st: &Status) -> Condition {
     if converged {
         // A reboot held back by a gate or the group's settle time says so here too (the
         // condition is what `kubectl describe node` shows).
-        let message = match st
-            .reboot
-            .as_ref()
-            .filter(|r| matches!(r.state.as_str(), "blocked" | "settling" | "held"))
-        {
+        let message = match st.reboot.as_ref().filter(|r| {
+            matches!(r.state.as_str(), "blocked" | "settling" | "held")
+                || (r.state == "draining" && r.drain_blocked > 0)
+        }) {
             Some(r) => cut(&format!("node converged; reboot {}: {}", r.state, r.detail)),
             None => "node converged".into(),
         };

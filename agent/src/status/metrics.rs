@@ -213,5 +213,10 @@ fn reboot(st: &Status, gauge: &mut Gauge) {
             "Holders of this node's reboot group, as last seen.",
             &[(String::new(), r.holders.len() as f64)],
         );
+        gauge(
+            "nodectl_reboot_drain_blocked_pods",
+            "While draining: pods the drain waits for that a PodDisruptionBudget does not let go, or that no controller manages (nodectl status names them).",
+            &[(String::new(), f64::from(r.drain_blocked))],
+        );
     }
 }

@@ -541,6 +541,7 @@ impl Double {
             PodKind::Mirror => {
                 pod["metadata"]["annotations"] = json!({"kubernetes.io/config.mirror": "hash"})
             }
+            PodKind::Bare => {}
         }
         self.inner
             .state
@@ -1142,6 +1143,8 @@ pub enum PodKind {
     DaemonSet,
     /// A static pod's mirror (skipped: the API cannot evict it).
     Mirror,
+    /// A pod no controller manages (`kubectl drain` leaves it without `--force`).
+    Bare,
 }
 
 /// An object name as the API server validates it (lowercase RFC 1123 subdomain).

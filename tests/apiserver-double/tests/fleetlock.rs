@@ -293,7 +293,7 @@ async fn zincati_drives_two_nodes_through_one_slot_with_drain_and_readiness() {
     let (s, b) = post(n2.addr, "POST", fleetlock::PRE_REBOOT, true, &ok2).await;
     assert_eq!(s, 200, "{b}");
     assert!(
-        b.contains("drain timeout (2 s) reached, going ahead with 1 pods left: apps/db-0"),
+        b.contains("drain timeout (2 s, reboot.drain_timeout_secs) reached, going ahead with 1 pods left: apps/db-0"),
         "{b}"
     );
     assert_eq!(n2.coordinator.status().state, "rebooting");
@@ -836,4 +836,72 @@ async fn pre_reboot_checks_belong_to_the_slot() {
     let (s, b) = post(f1.addr, "POST", fleetlock::PRE_REBOOT, true, &pf).await;
     assert_eq!((s, kind(&b)), (423, "pre_check_failed".into()), "{b}");
     assert!(!cordoned("f1"));
+}
+
+/// Issue 65, 4: by default the drain waits for PodDisruptionBudgets (never forced: no drain
+/// timeout) and leaves a pod no controller manages, as `kubectl drain` without `--force`,
+/// naming both and counting them; `drain_force` evicts that pod.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_drain_waits_for_budgets_and_leaves_unmanaged_pods_as_kubectl_does() {
+    let api = Double::start(Options::default()).await.unwrap();
+    api.set_node("n1", true);
+    api.add_pod("apps", "db-0", "n1", PodKind::Plain);
+    api.protect_pod("apps", "db-0", true);
+    api.add_pod("ops", "debug", "n1", PodKind::Bare);
+    api.add_pod("apps", "web-1", "n1", PodKind::Plain);
+    let policy = Policy {
+        drain_wait: Duration::from_millis(200),
+        ..Policy::default()
+    };
+    assert_eq!(
+        policy.drain_timeout,
+        Duration::ZERO,
+        "never forced by default"
+    );
+    let n1 = endpoint(&api, "n1", "id1", policy.clone()).await;
+    let ok = params("id1", "default");
+    let pods = || api.pods_on("n1").into_iter().collect::<BTreeSet<String>>();
+    for round in 0..2 {
+        let (s, b) = post(n1.addr, "POST", fleetlock::PRE_REBOOT, true, &ok).await;
+        assert_eq!((s, kind(&b)), (423, "draining".into()), "{b}");
+        assert!(
+            b.contains("1 pods their PodDisruptionBudget does not let go yet: apps/db-0"),
+            "{b}"
+        );
+        assert!(
+            b.contains("1 pods no controller manages, which kubectl drain leaves without --force: ops/debug"),
+            "{b}"
+        );
+        assert!(b.contains("never forced"), "{b}");
+        let st = n1.coordinator.status();
+        assert_eq!((st.state.as_str(), st.drain_blocked), ("draining", 2));
+        assert_eq!(pods(), ["db-0", "debug"].map(String::from).into());
+        if round == 0 {
+            // past the old default's kind of timeout: still waiting
+            tokio::time::sleep(Duration::from_secs(3)).await;
+        }
+    }
+    // the budget lets go: the unmanaged pod alone keeps the drain waiting
+    api.protect_pod("apps", "db-0", false);
+    let (s, b) = post(n1.addr, "POST", fleetlock::PRE_REBOOT, true, &ok).await;
+    assert_eq!((s, kind(&b)), (423, "draining".into()), "{b}");
+    assert!(!b.contains("PodDisruptionBudget"), "{b}");
+    assert_eq!(pods(), ["debug"].map(String::from).into());
+    assert_eq!(n1.coordinator.status().drain_blocked, 1);
+    // the operator's setting: evicted (lost for good, as kubectl drain --force), granted
+    let forced = endpoint(
+        &api,
+        "n1",
+        "id1",
+        Policy {
+            drain_force: true,
+            ..policy
+        },
+    )
+    .await;
+    let (s, b) = post(forced.addr, "POST", fleetlock::PRE_REBOOT, true, &ok).await;
+    assert_eq!(s, 200, "{b}");
+    assert!(b.contains("reboot granted: drained (1 pods evicted"), "{b}");
+    assert!(pods().is_empty());
+    assert_eq!(forced.coordinator.status().drain_blocked, 0);
 }
