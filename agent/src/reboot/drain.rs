@@ -43,6 +43,22 @@ pub(crate) fn unmanaged(p: &Pod) -> bool {
         .is_some_and(|o| o.iter().any(|r| r.controller == Some(true)))
 }
 
+/// Which budget refused an eviction, and why, from the API server's 429 (upstream
+/// `pkg/registry/core/pod/storage/eviction.go`: a cause of reason `DisruptionBudget`, "The
+/// disruption budget NAME needs N healthy pods and has M currently"): "budget NAME needs N
+/// healthy pods and has M currently". `None` for another 429 (the API server's rate limits).
+pub(crate) fn budget(s: &kube::core::Status) -> Option<String> {
+    let cause = s
+        .details
+        .as_ref()?
+        .causes
+        .iter()
+        .find(|c| c.reason == "DisruptionBudget")?;
+    let m = cause.message.trim();
+    let m = m.strip_prefix("The disruption ").unwrap_or(m);
+    Some(m.chars().take(200).collect())
+}
+
 /// The result of one drain round.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Progress {
@@ -141,9 +157,10 @@ impl Drainer {
             let api: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
             match api.evict(&name, &EvictParams::default()).await {
                 Ok(_) => out.evicted.push(format!("{ns}/{name}")),
-                Err(kube::Error::Api(s)) if s.code == 429 => {
-                    out.blocked.push(format!("{ns}/{name}"))
-                }
+                Err(kube::Error::Api(s)) if s.code == 429 => out.blocked.push(match budget(&s) {
+                    Some(b) => format!("{ns}/{name} ({b})"),
+                    None => format!("{ns}/{name}"),
+                }),
                 Err(kube::Error::Api(s)) if s.code == 404 => {}
                 Err(e) => return Err(e),
             }
@@ -169,6 +186,27 @@ mod tests {
 
     fn pod(v: serde_json::Value) -> Pod {
         serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn the_budget_is_named_from_the_refusals_cause() {
+        let s: kube::core::Status = serde_json::from_value(serde_json::json!({
+            "kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 429,
+            "reason": "TooManyRequests",
+            "message": "Cannot evict pod as it would violate the pod's disruption budget.",
+            "details": {"causes": [{"reason": "DisruptionBudget",
+                "message": "The disruption budget db-pdb needs 2 healthy pods and has 2 currently"}]}
+        }))
+        .unwrap();
+        assert_eq!(
+            budget(&s).as_deref(),
+            Some("budget db-pdb needs 2 healthy pods and has 2 currently")
+        );
+        let rate: kube::core::Status = serde_json::from_value(serde_json::json!({
+            "kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 429,
+            "reason": "TooManyRequests", "message": "too many requests"}))
+        .unwrap();
+        assert_eq!(budget(&rate), None);
     }
 
     #[test]

@@ -1033,14 +1033,16 @@ async fn answer(inner: Arc<Inner>, user: User, req: Req) -> Response<Body> {
                 }
             }
             if st.protected.contains(&key) {
-                // Upstream's answer when a PodDisruptionBudget does not allow the disruption.
+                // Upstream's answer when a PodDisruptionBudget does not allow the disruption
+                // (pkg/registry/core/pod/storage/eviction.go, `checkAndDecrement`: the cause
+                // names the budget; here one per pod, `<pod>-budget`).
                 let mut v = status(
                     StatusCode::TOO_MANY_REQUESTS,
                     "TooManyRequests",
                     "Cannot evict pod as it would violate the pod's disruption budget.",
                 );
                 v["details"] = json!({"causes": [{"reason": "DisruptionBudget",
-                    "message": "The disruption budget needs 1 healthy pods and has 1 currently"}]});
+                    "message": format!("The disruption budget {name}-budget needs 1 healthy pods and has 1 currently")}]});
                 return reply(StatusCode::TOO_MANY_REQUESTS, &v);
             }
             st.pods.remove(&key);

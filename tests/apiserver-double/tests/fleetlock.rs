@@ -865,7 +865,7 @@ async fn the_drain_waits_for_budgets_and_leaves_unmanaged_pods_as_kubectl_does()
         let (s, b) = post(n1.addr, "POST", fleetlock::PRE_REBOOT, true, &ok).await;
         assert_eq!((s, kind(&b)), (423, "draining".into()), "{b}");
         assert!(
-            b.contains("1 pods their PodDisruptionBudget does not let go yet: apps/db-0"),
+            b.contains("1 pods their PodDisruptionBudget does not let go yet: apps/db-0 (budget db-0-budget needs 1 healthy pods and has 1 currently)"),
             "{b}"
         );
         assert!(
