@@ -496,8 +496,22 @@ python3 /test/kube-admin.py /root/admin-kubeconfig DELETE /api/v1/namespaces/ops
 check "the backup gone, the alert still blocks" wait_until 20 sh -c \
   'nodectl status --json | jq -e "(.reboot.state == \"blocked\") and (.reboot.detail | contains(\"backup-1\") | not) and (.reboot.detail | contains(\"MaintenanceHold\"))"'
 expect "and no reboot was asked for" "$(grep -c reboot /run/fake-logind.log)" 2
+# issue 65, 4: a pod no controller manages (the administrator's, as kubectl run makes one) is
+# left by the drain, as kubectl drain leaves it without --force, and the drain waits for it
+out=$(python3 /test/kube-admin.py /root/admin-kubeconfig POST /api/v1/namespaces/ops/pods \
+  '{"metadata":{"name":"scratch"},"spec":{"nodeName":"worker-1"}}' | head -1)
+expect "the administrator runs a pod of no controller on worker-1" "$out" 201
 echo 'nodectl_test_hold 0' >/run/textfile/.hold.tmp && mv /run/textfile/.hold.tmp /run/textfile/hold.prom
-check "the alert resolved, the node takes the slot, drains and reboots" wait_until 60 sh -c \
+check "the alert resolved, the node takes the slot and drains, waiting for that pod, named" wait_until 60 sh -c \
+  'nodectl status --json | jq -e "(.reboot.state == \"draining\") and (.reboot.detail | contains(\"pods no controller manages, which kubectl drain leaves without --force: ops/scratch\")) and (.reboot.drain_blocked == 1)"'
+check "counted in the metrics" wait_until 10 grep -qx 'nodectl_reboot_drain_blocked_pods 1' /run/nodectl/metrics/nodectl.prom
+# (a change of the condition's message alone is written at most once a minute)
+check "said in the Node's condition message" wait_until 75 sh -c \
+  'python3 /test/kube-admin.py /root/admin-kubeconfig GET /api/v1/nodes/worker-1 | tail -n +2 | jq -e ".status.conditions[] | select(.type == \"NodectlReady\") | .message | contains(\"reboot draining: \") and contains(\"ops/scratch\")"'
+expect "the pod is not evicted, and no reboot yet" \
+  "$(python3 /test/kube-admin.py /root/admin-kubeconfig GET '/api/v1/pods?fieldSelector=spec.nodeName=worker-1' | tail -n +2 | jq -r '[.items[].metadata.name] | index("scratch") != null') $(grep -c reboot /run/fake-logind.log)" "true 2"
+python3 /test/kube-admin.py /root/admin-kubeconfig DELETE /api/v1/namespaces/ops/pods/scratch >/dev/null
+check "the pod deleted by its owner: the drain ends and the node reboots" wait_until 60 sh -c \
   '[ "$(grep -c reboot /run/fake-logind.log)" = 3 ]'
 check "while Watchdog still fires (ignored)" python3 /run/prom/firing.py Watchdog
 systemctl stop prometheus.service node-exporter.service
