@@ -74,6 +74,22 @@ async fn told(api: &nodectl_apiserver_double::Double, state: &str, reason: &str)
     .await;
 }
 
+/// Waits until coordination is up again in the metrics and the Node's condition is True.
+async fn back_up(root: &Path, api: &nodectl_apiserver_double::Double) {
+    until(
+        "metric up 1",
+        async || metrics(root),
+        |m| m.contains("\nnodectl_reboot_coordination_up 1\n"),
+    )
+    .await;
+    until(
+        "the condition clears",
+        async || node_condition(api),
+        |c| c.0 == "True",
+    )
+    .await;
+}
+
 /// `nodectl status`'s text for a status nodectld sent.
 fn text(v: &serde_json::Value) -> String {
     serde_json::from_value::<nodectl::status::Status>(v.clone())
@@ -231,18 +247,7 @@ async fn fleetlock_failing_to_start_restarts_and_zincati_pointed_elsewhere_is_sa
     assert_eq!(v["daemon"]["last_pass"]["trigger"], "reboot", "{v:#}");
     assert_eq!(v["reboot"]["state"], "idle", "{v:#}");
     std::net::TcpStream::connect(("127.0.0.1", port)).expect("FleetLock served");
-    until(
-        "metric up 1",
-        async || metrics(root),
-        |m| m.contains("\nnodectl_reboot_coordination_up 1\n"),
-    )
-    .await;
-    until(
-        "the condition clears",
-        async || node_condition(&api),
-        |c| c.0 == "True",
-    )
-    .await;
+    back_up(root, &api).await;
 
     // Typhoon's fleetlock addon's fragment sorts after nodectl's and wins.
     let typhoon = root.join("etc/zincati/config.d/55-update-strategy.toml");
@@ -440,18 +445,7 @@ async fn the_update_engine_follower_ending_is_said_and_restarted() {
     );
 
     let (mut bus, _) = system_bus(busdir.path());
-    until(
-        "follower up again",
-        async || metrics(root),
-        |m| m.contains("\nnodectl_reboot_coordination_up 1\n"),
-    )
-    .await;
-    until(
-        "the condition clears",
-        async || node_condition(&api),
-        |c| c.0 == "True",
-    )
-    .await;
+    back_up(root, &api).await;
     let _ = bus.kill();
     let _ = bus.wait();
 }

@@ -65,8 +65,8 @@ pub struct Gates {
     alerts: Option<Alerts>,
 }
 
-/// "a, b, c and 2 more".
-fn named(items: &[String]) -> String {
+/// "a, b, c and 2 more" (a gate's findings, a drain's pods).
+pub(crate) fn named(items: &[String]) -> String {
     let mut s = items
         .iter()
         .take(MAX_NAMED)
